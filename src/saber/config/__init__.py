@@ -1,0 +1,26 @@
+"""Settings: task types, workload mixes and (later) gateway settings, from YAML."""
+
+from saber.config._errors import ConfigError
+from saber.config._tasks import (
+    DEFAULT_CONFIG_DIR,
+    DEFAULT_PROFILE_DIR,
+    TaskType,
+    Workload,
+    load_tasks,
+    load_workloads,
+    parse_tasks,
+)
+from saber.config._yaml import read_yaml, validate
+
+__all__ = [
+    "DEFAULT_CONFIG_DIR",
+    "DEFAULT_PROFILE_DIR",
+    "ConfigError",
+    "TaskType",
+    "Workload",
+    "load_tasks",
+    "load_workloads",
+    "parse_tasks",
+    "read_yaml",
+    "validate",
+]

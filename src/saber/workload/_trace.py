@@ -1,0 +1,101 @@
+"""Request traces: generated from a workload mix, written and replayed as JSONL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from saber.config import TaskType, Workload
+from saber.workload._arrivals import gamma_arrivals, poisson_arrivals
+from saber.workload._lengths import sample_input_tokens, sample_output_tokens
+
+Mode = Literal["oracle", "realistic"]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request of a trace.
+
+    ``output_tokens`` is the length the model really generates; ``max_tokens`` is
+    what the client asks for: the true length in oracle mode (as in the paper),
+    the task type's cap in realistic mode.
+    """
+
+    id: str
+    task: str
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    max_tokens: int
+
+
+def generate_trace(
+    workload: Workload,
+    tasks: Mapping[str, TaskType],
+    *,
+    rps: float,
+    n: int,
+    seed: int = 0,
+    mode: Mode = "oracle",
+    arrival: Literal["poisson", "gamma"] = "poisson",
+    cv: float = 1.0,
+) -> list[TraceRequest]:
+    """A seeded trace. The same seed gives the same arrivals, tasks and true
+    lengths in both modes, so oracle and realistic runs are directly comparable."""
+    rng = np.random.default_rng(seed)
+    if arrival == "poisson":
+        times = poisson_arrivals(rng, rps, n)
+    else:
+        times = gamma_arrivals(rng, rps, n, cv)
+    names = sorted(workload.mix)
+    weights = np.array([workload.mix[name] for name in names], dtype=float)
+    picks = rng.choice(len(names), size=n, p=weights / weights.sum())
+    out_len = np.zeros(n, dtype=np.int64)
+    in_len = np.zeros(n, dtype=np.int64)
+    for idx, name in enumerate(names):
+        mask = picks == idx
+        count = int(mask.sum())
+        if count:
+            out_len[mask] = sample_output_tokens(rng, tasks[name], count)
+            in_len[mask] = sample_input_tokens(rng, tasks[name], count)
+    trace = []
+    for i in range(n):
+        task = tasks[names[picks[i]]]
+        true_len = int(out_len[i])
+        trace.append(
+            TraceRequest(
+                id=f"r{i:06d}",
+                task=task.name,
+                arrival=float(times[i]),
+                prompt_tokens=int(in_len[i]),
+                output_tokens=true_len,
+                max_tokens=true_len if mode == "oracle" else task.max_tokens,
+            )
+        )
+    return trace
+
+
+def write_trace(path: str | Path, trace: Iterable[TraceRequest]) -> None:
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for req in trace:
+            fh.write(json.dumps(asdict(req)) + "\n")
+
+
+def read_trace(path: str | Path) -> list[TraceRequest]:
+    """Read a JSONL trace; a bad line fails with its file and line number."""
+    path = Path(path)
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(TraceRequest(**json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as exc:
+                raise ValueError(f"{path}:{lineno}: not a trace request: {exc}") from exc
+    return sorted(out, key=lambda r: r.arrival)
