@@ -10,7 +10,6 @@ from saber.config._errors import ConfigError
 from saber.config._yaml import read_yaml, validate
 
 
-
 def _data_dir(name: str) -> Path:
     """Shipped files: inside the wheel when installed, else the repository's folder."""
     packaged = Path(__file__).resolve().parents[1] / "_data" / name

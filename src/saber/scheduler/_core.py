@@ -8,7 +8,6 @@ simulator (virtual clock) drive the very same object.
 from __future__ import annotations
 
 import heapq
-import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -120,7 +119,7 @@ class Scheduler:
             raise ValueError(f"request {req.id} is already known to the scheduler")
         cap = self.policy.queue_cap
         if cap is not None and self.queued(req.task) >= cap:
-            return [self._leave_queued(req, now, Outcome.REJECTED_QUEUE_FULL)]
+            return [self._leave_queued(req, now, Outcome.REJECTED_QUEUE_FULL), *self.poll(now)]
         self._hpq.push(req)
         heapq.heappush(self._demote_at, (self._demotion_time(req), req.id))
         return self.poll(now)
@@ -184,11 +183,11 @@ class Scheduler:
         while len(self._hpq) and (cap is None or self.load < cap):
             decision = self._admit_one_from_hpq(now)
             if decision is None:
-                return out  # nothing passes: wait for the next event
+                break  # nothing passes: wait for the next event
             out.append(decision)
         if len(self._hpq):
-            return out
-        # Every HPQ is empty: the LPQ is served best effort, oldest first.
+            return out  # the LPQ is served only when every HPQ is empty
+        # Best effort, oldest first, without speed estimation.
         while len(self._lpq) and (cap is None or self.load < cap):
             req = self._lpq.popleft()
             assert req is not None
@@ -298,5 +297,3 @@ class Scheduler:
                 for d in list(self.recent)[-20:]
             ],
         }
-
-

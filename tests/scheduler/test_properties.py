@@ -1,0 +1,144 @@
+"""Random event sequences: nothing is lost, nothing is admitted twice, the load
+stays within [0, cap], and every running request is released exactly once."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from saber.scheduler import Action, Outcome, Policy, SchedRequest, Scheduler
+
+TASKS = ["qna", "gen", "sum"]
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    @initialize(
+        cap=st.one_of(st.none(), st.integers(1, 6)),
+        window=st.integers(1, 5),
+        queue_cap=st.one_of(st.none(), st.integers(0, 5)),
+        lpq_timeout=st.one_of(st.none(), st.floats(0.5, 5.0)),
+        sigma=st.floats(0.0, 0.5),
+        seed=st.integers(0, 2**16),
+    )
+    def setup(self, cap, window, queue_cap, lpq_timeout, sigma, seed):
+        self.cap = cap
+        policy = Policy(
+            window_size=window,
+            max_concurrency=cap,
+            queue_cap=queue_cap,
+            lpq_timeout_s=lpq_timeout,
+        )
+        self.s = Scheduler(lambda load: 100.0 / (1 + sigma * (load - 1)), policy, seed=seed)
+        self.now = 0.0
+        self.n = 0
+        self.offered: set[str] = set()
+        self.running: set[str] = set()
+        self.admits: dict[str, int] = {}
+        self.ended: dict[str, Outcome] = {}
+
+    def apply(self, decisions):
+        for d in decisions:
+            rid = d.request.id
+            assert rid in self.offered
+            assert rid not in self.ended, f"{rid} acted on after it left"
+            if d.action is Action.ADMIT:
+                self.admits[rid] = self.admits.get(rid, 0) + 1
+                self.running.add(rid)
+            elif d.action is Action.REJECT:
+                assert rid not in self.running
+                self.ended[rid] = d.outcome
+
+    @rule(
+        task=st.sampled_from(TASKS),
+        tokens=st.integers(1, 400),
+        sla=st.floats(0.2, 20.0),
+        dt=st.floats(0.0, 1.0),
+    )
+    def offer(self, task, tokens, sla, dt):
+        self.now += dt
+        rid = f"r{self.n}"
+        self.n += 1
+        self.offered.add(rid)
+        req = SchedRequest(rid, task, self.now, self.now + sla, tokens)
+        self.apply(self.s.offer(req, self.now))
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data(), dt=st.floats(0.0, 2.0))
+    def finish(self, data, dt):
+        self.now += dt
+        rid = data.draw(st.sampled_from(sorted(self.running)))
+        outcome = self.s.finish(rid, self.now)
+        assert outcome in (Outcome.SERVED, Outcome.SERVED_DEMOTED)
+        assert self.s.finish(rid, self.now) is None  # released exactly once
+        self.running.discard(rid)
+        self.ended[rid] = outcome
+        self.apply(self.s.poll(self.now))
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def fail(self, data):
+        rid = data.draw(st.sampled_from(sorted(self.running)))
+        assert self.s.fail(rid, self.now) is Outcome.FAILED
+        assert self.s.cancel(rid, self.now) is None
+        self.running.discard(rid)
+        self.ended[rid] = Outcome.FAILED
+        self.apply(self.s.poll(self.now))
+
+    @precondition(lambda self: self.offered)
+    @rule(data=st.data())
+    def cancel(self, data):
+        rid = data.draw(st.sampled_from(sorted(self.offered)))
+        was_running = rid in self.running
+        outcome = self.s.cancel(rid, self.now)
+        if rid in self.ended:
+            assert outcome is None
+            return
+        expected = Outcome.CANCELLED_RUNNING if was_running else Outcome.CANCELLED_QUEUED
+        assert outcome is expected
+        self.running.discard(rid)
+        self.ended[rid] = outcome
+        self.apply(self.s.poll(self.now))
+
+    @rule()
+    def wake(self):
+        t = self.s.next_wakeup()
+        if t is not None:
+            self.now = t
+        self.apply(self.s.poll(self.now))
+
+    @invariant()
+    def load_within_bounds(self):
+        if not hasattr(self, "s"):
+            return
+        assert self.s.load >= 0
+        if self.cap is not None:
+            assert self.s.load <= self.cap
+        assert self.s.load == len(self.running)
+
+    @invariant()
+    def nothing_lost_nothing_twice(self):
+        if not hasattr(self, "s"):
+            return
+        assert all(n == 1 for n in self.admits.values())
+        queued = {r for r in self.offered if self.s.is_queued(r)}
+        assert queued.isdisjoint(self.running)
+        assert queued.isdisjoint(self.ended)
+        assert self.running.isdisjoint(self.ended)
+        assert queued | self.running | set(self.ended) == self.offered
+        assert len(queued) == self.s.queued()
+
+    @invariant()
+    def wakeup_is_pending_work(self):
+        if not hasattr(self, "s"):
+            return
+        t = self.s.next_wakeup()
+        if t is not None:
+            # Every rule ends with a poll, which handles all that was due: the next
+            # wake-up is strictly later, and only queued requests can have one.
+            assert t > self.now
+            assert self.s.queued() > 0
+
+
+TestSchedulerMachine = SchedulerMachine.TestCase
+TestSchedulerMachine.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
