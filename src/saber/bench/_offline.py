@@ -1,0 +1,89 @@
+"""The paper's offline phase, in virtual time: load-vs-speed points from the
+engine model, and the speed models fitted to them.
+
+A closed loop keeps exactly L requests in the engine (its ``max_num_seqs`` is
+large, as the paper prescribes): each finish is replaced at once. Each request
+yields one point, (L, generated tokens / execution time), where execution time
+runs from its arrival at the engine to its last token, so prefill is part of it,
+as it is part of the SLA. The first L finishes of a level are warm-up (they
+started together) and are dropped, and so are the requests still running when
+the level's supply ends (they did not run at load L throughout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from saber.config import TaskType, Workload
+from saber.engine import Engine, EnginePreset, EngineRequest
+from saber.speed import SpeedModel, fit_model
+from saber.workload import generate_trace
+
+DEFAULT_LEVELS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+def closed_loop_points(
+    preset: EnginePreset,
+    workload: Workload,
+    tasks: Mapping[str, TaskType],
+    *,
+    level: int,
+    per_level: int,
+    seed: int = 0,
+) -> list[tuple[float, float]]:
+    """``per_level`` (load, speed) points measured at a constant load ``level``."""
+    supply = generate_trace(workload, tasks, rps=1.0, n=per_level + 2 * level, seed=seed)
+    engine = Engine(preset, max_num_seqs=max(256, level))
+    started: dict[str, float] = {}
+    points: list[tuple[float, float]] = []
+    now, nxt, warmup = 0.0, 0, level
+
+    def start(at: float) -> None:
+        nonlocal nxt
+        req = supply[nxt]
+        nxt += 1
+        engine.add(EngineRequest(req.id, req.prompt_tokens, req.output_tokens, arrival=at))
+        started[req.id] = at
+
+    for _ in range(level):
+        start(now)
+    while not engine.idle and nxt < len(supply):
+        res = engine.step(now, max_steps=1 << 30)
+        assert res is not None
+        now = res.end
+        for done in res.finished:
+            if warmup:
+                warmup -= 1
+            else:
+                points.append((float(level), done.output_tokens / (now - started[done.id])))
+            if nxt < len(supply):
+                start(now)
+    return points[:per_level]
+
+
+def profile_engine(
+    preset: EnginePreset,
+    workload: Workload,
+    tasks: Mapping[str, TaskType],
+    *,
+    levels: Sequence[int] = DEFAULT_LEVELS,
+    points: int = 1000,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """About ``points`` (load, speed) points spread evenly over ``levels``."""
+    per_level = max(8, points // len(levels))
+    rows: list[tuple[float, float]] = []
+    for i, level in enumerate(levels):
+        rows += closed_loop_points(
+            preset, workload, tasks, level=level, per_level=per_level, seed=seed + i
+        )
+    arr = np.asarray(rows, dtype=float)
+    return arr[:, 0], arr[:, 1]
+
+
+def fit_variants(
+    loads: np.ndarray, speeds: np.ndarray, kinds: Sequence[str]
+) -> dict[str, SpeedModel]:
+    return {kind: fit_model(kind, loads, speeds) for kind in kinds}

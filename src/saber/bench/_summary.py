@@ -1,0 +1,129 @@
+"""From per-run results to the paper's figures of merit, per (workload, RPS, mode)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from saber.bench._runner import CellResult
+
+
+def cv(ratios: np.ndarray) -> float:
+    """Coefficient of variation (std/mean) of completion-time/SLA ratios."""
+    finite = ratios[np.isfinite(ratios)]
+    if finite.size < 2 or finite.mean() == 0:
+        return float("nan")
+    return float(finite.std() / finite.mean())
+
+
+@dataclass(frozen=True)
+class Row:
+    workload: str
+    rps: float
+    mode: str
+    best_static_b: int
+    best_static_goodput: float
+    saber_goodput: float
+    diff: float  # saber - best static, in goodput points (0..100)
+    saber_cv: float
+    static_cv: float
+    saber_ratio_mean: float
+    saber_ratio_std: float
+    static_ratio_mean: float
+    static_ratio_std: float
+    variants: dict[str, float]  # SABER goodput per speed model
+    static: dict[int, float]  # static goodput per B
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out.pop("variants")
+        for kind, g in self.variants.items():
+            out[f"saber_{kind}_goodput"] = g
+        out["static"] = {str(b): g for b, g in self.static.items()}
+        return out
+
+
+def _ratio_stats(ratios: np.ndarray) -> tuple[float, float]:
+    finite = ratios[np.isfinite(ratios)]
+    return float(finite.mean()), float(finite.std())
+
+
+def summarize_cells(results: Iterable[CellResult], main_variant: str = "usl") -> list[Row]:
+    """Average goodput over seeds; pool ratios over seeds. Goodput is in 0..100."""
+    groups: dict[tuple[str, float, str], list[CellResult]] = defaultdict(list)
+    for res in results:
+        groups[(res.cell.workload, res.cell.rps, res.cell.mode)].append(res)
+    rows = []
+    for (workload, rps, mode), cells in sorted(groups.items()):
+        names = cells[0].runs.keys()
+        goodput = {n: 100 * float(np.mean([c.runs[n].goodput for c in cells])) for n in names}
+        ratios = {n: np.concatenate([c.runs[n].ratios for c in cells]) for n in names}
+        static = {int(n.split(":")[1]): g for n, g in goodput.items() if n.startswith("static:")}
+        best_b = max(static, key=lambda b: (static[b], -b))
+        variants = {n.split(":")[1]: g for n, g in goodput.items() if n.startswith("saber:")}
+        saber_name = f"saber:{main_variant}"
+        s_mean, s_std = _ratio_stats(ratios[saber_name])
+        b_mean, b_std = _ratio_stats(ratios[f"static:{best_b}"])
+        rows.append(
+            Row(
+                workload=workload,
+                rps=rps,
+                mode=mode,
+                best_static_b=best_b,
+                best_static_goodput=static[best_b],
+                saber_goodput=variants[main_variant],
+                diff=variants[main_variant] - static[best_b],
+                saber_cv=cv(ratios[saber_name]),
+                static_cv=cv(ratios[f"static:{best_b}"]),
+                saber_ratio_mean=s_mean,
+                saber_ratio_std=s_std,
+                static_ratio_mean=b_mean,
+                static_ratio_std=b_std,
+                variants=variants,
+                static=static,
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class WorkloadSummary:
+    workload: str
+    mode: str
+    mean_diff: float  # averaged over the whole RPS sweep
+    min_diff_rps_ge_5: float
+    diff_at_max_rps: float
+    max_rps: float
+    saber_cv: float  # CV of the per-RPS mean ratios, as in the paper's Fig. 6
+    static_cv: float
+    best_b_counts: dict[int, int]
+
+
+def summarize_workloads(rows: Sequence[Row]) -> list[WorkloadSummary]:
+    out = []
+    keys = sorted({(r.workload, r.mode) for r in rows})
+    for workload, mode in keys:
+        mine = sorted(
+            (r for r in rows if (r.workload, r.mode) == (workload, mode)), key=lambda r: r.rps
+        )
+        loaded = [r.diff for r in mine if r.rps >= 5] or [float("nan")]
+        counts: dict[int, int] = defaultdict(int)
+        for r in mine:
+            counts[r.best_static_b] += 1
+        out.append(
+            WorkloadSummary(
+                workload=workload,
+                mode=mode,
+                mean_diff=float(np.mean([r.diff for r in mine])),
+                min_diff_rps_ge_5=float(min(loaded)),
+                diff_at_max_rps=mine[-1].diff,
+                max_rps=mine[-1].rps,
+                saber_cv=cv(np.array([r.saber_ratio_mean for r in mine])),
+                static_cv=cv(np.array([r.static_ratio_mean for r in mine])),
+                best_b_counts=dict(sorted(counts.items())),
+            )
+        )
+    return out
