@@ -1,0 +1,211 @@
+"""Profile files: a fitted speed model with the evidence behind it, as JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import pydantic
+from numpy.typing import ArrayLike
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, FiniteFloat, field_validator
+from pydantic_core import PydanticCustomError
+from pydantic_core.core_schema import ValidationInfo
+
+from saber.speed._base import SpeedModel
+from saber.speed._data import as_points, group_levels
+from saber.speed._errors import ParamError, ProfileError
+from saber.speed._metrics import mape, r2_score
+from saber.speed._registry import MODELS, model_class
+
+_MAX_SUMMARY_LEVELS = 64
+Count = Annotated[int, Field(ge=0)]
+Load = Annotated[FiniteFloat, Field(ge=1.0)]
+Speed = Annotated[FiniteFloat, Field(ge=0.0)]
+
+
+class LevelSummary(BaseModel):
+    """Speeds measured around one load level."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    load: Load
+    n: Annotated[int, Field(ge=1)]
+    mean_speed: Speed
+    p10: Speed
+    p90: Speed
+
+
+class PointsSummary(BaseModel):
+    """What the fit was made from: point count, load range and per-level speeds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    count: Count
+    load_min: Load
+    load_max: Load
+    levels: list[LevelSummary]
+
+
+class BackendInfo(BaseModel):
+    """The serving engine that was profiled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str = Field(min_length=1, description='"vllm", "llamacpp", "sim", ...')
+    url: str | None = None
+    version: str | None = None
+
+
+class ModelInfo(BaseModel):
+    """The served LLM; fields beyond `name` (quantisation, GPU, ...) are kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+
+
+class Profile(BaseModel):
+    """A speed profile file. `speed_model()` gives the f(L) it describes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    kind: str
+    params: dict[str, FiniteFloat]
+    r2: FiniteFloat = Field(le=1.0)
+    mape: FiniteFloat = Field(ge=0.0)
+    points: PointsSummary
+    samples: list[tuple[Load, Speed]] | None = None
+    backend: BackendInfo
+    model: ModelInfo
+    created_at: AwareDatetime
+    ttft: dict[str, Any] | None = None
+    notes: str | None = None
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        if kind not in MODELS:
+            known = ", ".join(MODELS)
+            raise PydanticCustomError(
+                "speed_kind",
+                "unknown speed model kind '{kind}' (expected one of {known})",
+                {"kind": kind, "known": known},
+            )
+        return kind
+
+    @field_validator("params")
+    @classmethod
+    def _params_fit_kind(cls, params: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        kind = info.data.get("kind")
+        if kind is None:  # the kind itself was invalid and is reported on its own
+            return params
+        try:
+            MODELS[kind].from_params(**params)
+        except ParamError as exc:
+            raise PydanticCustomError(
+                "speed_param", "{param}: {reason}", {"param": exc.param, "reason": exc.reason}
+            ) from None
+        return params
+
+    def speed_model(self) -> SpeedModel:
+        return model_class(self.kind).from_params(**self.params)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a profile; ProfileError names the file and what is wrong."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ProfileError(f"{path}: cannot read profile: {reason}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(
+            f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    try:
+        return Profile.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ProfileError(_describe(path, exc)) from None
+
+
+def save_profile(profile: Profile, path: str | Path) -> None:
+    """Write the profile as indented JSON, creating parent folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(profile.model_dump_json(indent=2, exclude_none=True) + "\n", encoding="utf-8")
+
+
+def build_profile(
+    model: SpeedModel,
+    loads: ArrayLike,
+    speeds: ArrayLike,
+    *,
+    backend: BackendInfo | Mapping[str, Any] | str,
+    model_name: str,
+    notes: str | None = None,
+    keep_samples: bool = True,
+) -> Profile:
+    """A profile for a fitted model, scored (R^2, MAPE) and summarised on the given points.
+
+    `backend` is a BackendInfo, a mapping of its fields, or just its kind ("vllm").
+    """
+    x, y = as_points(loads, speeds)
+    if isinstance(backend, str):
+        backend = BackendInfo(kind=backend)
+    elif not isinstance(backend, BackendInfo):
+        backend = BackendInfo.model_validate(dict(backend))
+    return Profile(
+        kind=model.kind,
+        params=model.params,
+        r2=r2_score(model, x, y),
+        mape=mape(model, x, y),
+        points=summarize_points(x, y),
+        samples=list(zip(x.tolist(), y.tolist(), strict=True)) if keep_samples else None,
+        backend=backend,
+        model=ModelInfo(name=model_name),
+        created_at=datetime.now(UTC),
+        notes=notes,
+    )
+
+
+def summarize_points(loads: ArrayLike, speeds: ArrayLike) -> PointsSummary:
+    """Per-level rows; past 64 distinct loads, 64 equal-count load bins (load = bin mean)."""
+    x, y = as_points(loads, speeds)
+    rows = []
+    for group in group_levels(x, max_groups=_MAX_SUMMARY_LEVELS):
+        level = y[group]
+        p10, p90 = np.percentile(level, [10, 90])
+        rows.append(
+            LevelSummary(
+                load=float(x[group].mean()),
+                n=int(group.size),
+                mean_speed=float(level.mean()),
+                p10=float(p10),
+                p90=float(p90),
+            )
+        )
+    return PointsSummary(
+        count=int(x.size), load_min=float(x.min()), load_max=float(x.max()), levels=rows
+    )
+
+
+def _describe(path: Path, exc: pydantic.ValidationError) -> str:
+    lines = [f"{path}: invalid speed profile"]
+    for err in exc.errors():
+        loc = [str(part) for part in err["loc"]]
+        message = err["msg"]
+        if err["type"] == "speed_param":
+            loc.append(str(err["ctx"]["param"]))
+            message = str(err["ctx"]["reason"])
+        lines.append(f"  {'.'.join(loc) or '(top level)'}: {message}")
+    return "\n".join(lines)
