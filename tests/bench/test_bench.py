@@ -63,7 +63,7 @@ def test_offline_profile_is_a_decreasing_curve_usl_fits():
 
 def test_quick_sweep_covers_the_paper_grid_shape():
     quick, full = Sweep.quick(), Sweep()
-    assert len(full.cells()) == 3 * 12 * 2 * 3
+    assert len(full.cells()) == 3 * 12 * 2 * 10 and full.requests == 100
     assert set(quick.workloads) == {"W1", "W2", "W3"} and set(quick.modes) == set(full.modes)
 
 
