@@ -1,0 +1,48 @@
+"""Named presets: every accelerator with every model, plus the calibrated ``paper``."""
+
+from __future__ import annotations
+
+from saber.engine._preset import EnginePreset
+from saber.engine._specs import HARDWARE, MODELS
+
+
+def _grid() -> dict[str, EnginePreset]:
+    out = {}
+    for hw in HARDWARE.values():
+        for model in MODELS.values():
+            name = f"{hw.name}-{model.name}"
+            out[name] = EnginePreset(name=name, hardware=hw, model=model)
+    return out
+
+
+# The paper's set-up: one accelerator serving Qwen2.5-Coder under vLLM, with the
+# SLAs of Table I being the mean completion times of 100 requests at 10 RPS.
+# Factors fitted by ``python -m saber.sim.calibrate``; see docs/engine.md.
+PAPER = EnginePreset(
+    name="paper",
+    hardware=HARDWARE["a10"],
+    model=MODELS["qwen2.5-coder-3b"],
+    memory_efficiency=0.8,
+    mfu=0.5,
+    step_overhead_s=0.003,
+    seq_overhead_s=2e-5,
+    notes="calibrated to Table I (W3, 10 RPS, static max_num_seqs 50)",
+)
+
+PRESETS: dict[str, EnginePreset] = {**_grid(), "paper": PAPER}
+
+
+class UnknownPresetError(KeyError):
+    """No preset has that name. The message lists the known ones."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def get_preset(name: str) -> EnginePreset:
+    """The preset called ``name``."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        known = ", ".join(sorted(PRESETS))
+        raise UnknownPresetError(f"unknown engine preset {name!r}; known: {known}") from None

@@ -1,0 +1,205 @@
+"""The virtual-time simulator: a trace, an engine, and optionally SABER in front.
+
+Events are processed in time order: arrivals (each at its own arrival time),
+engine steps (run back to back until the next arrival or scheduler wake-up),
+finishes (the scheduler is told, then polled) and wake-ups (polled). An arrival
+that lands during a step joins the engine at the next step boundary, as in vLLM.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from saber.engine import Engine, EngineRequest
+from saber.scheduler import Action, Decision, SchedRequest
+from saber.sim._records import SimRecord, SimResult
+from saber.workload import TraceRequest
+
+_MAX_STEPS = 1 << 30
+
+
+class AdmissionScheduler(Protocol):
+    """The part of ``saber.scheduler.Scheduler`` the simulator drives."""
+
+    def offer(self, req: SchedRequest, now: float) -> list[Decision]: ...
+    def poll(self, now: float) -> list[Decision]: ...
+    def finish(self, req_id: str, now: float) -> object: ...
+    def next_wakeup(self) -> float | None: ...
+
+
+def _max_tokens(req: TraceRequest) -> int:
+    return req.max_tokens
+
+
+def simulate(
+    trace: Sequence[TraceRequest],
+    engine: Engine,
+    *,
+    slas: Mapping[str, float],
+    scheduler: AdmissionScheduler | None = None,
+    expected_tokens: Callable[[TraceRequest], int] | None = None,
+) -> SimResult:
+    """Serve ``trace`` on a fresh ``engine`` in virtual time.
+
+    Without a scheduler every arrival goes straight to the engine (the paper's
+    static baseline: the engine's ``max_num_seqs`` is the batch size). With one,
+    the scheduler decides when each request reaches the engine; it is told
+    ``expected_tokens(request)`` (default: the request's ``max_tokens``) and a
+    deadline of arrival + the task's SLA.
+    """
+    if not engine.idle or engine.total_steps:
+        raise ValueError("simulate needs a fresh engine")
+    trace = sorted(trace, key=lambda r: r.arrival)
+    ids = [r.id for r in trace]
+    if len(set(ids)) != len(ids):
+        raise ValueError("trace request ids must be unique")
+    unknown = {r.task for r in trace} - set(slas)
+    if unknown:
+        raise ValueError(f"no SLA for task type(s): {', '.join(sorted(unknown))}")
+    run = _Run(trace, engine, slas, scheduler, expected_tokens or _max_tokens)
+    run.loop()
+    return run.result()
+
+
+class _Run:
+    def __init__(
+        self,
+        trace: list[TraceRequest],
+        engine: Engine,
+        slas: Mapping[str, float],
+        scheduler: AdmissionScheduler | None,
+        expected_tokens: Callable[[TraceRequest], int],
+    ) -> None:
+        self.trace = trace
+        self.engine = engine
+        self.slas = slas
+        self.scheduler = scheduler
+        self.expected_tokens = expected_tokens
+        self.by_id = {r.id: r for r in trace}
+        self.next = 0  # index of the next arrival
+        self.admitted_at: dict[str, float] = {}
+        self.in_engine: dict[str, EngineRequest] = {}
+        self.demoted: set[str] = set()
+        self.rejected: set[str] = set()
+        self.calls = 0
+        self.polled_wake = -math.inf
+
+    # -- events ----------------------------------------------------------
+
+    def next_arrival(self) -> float:
+        return self.trace[self.next].arrival if self.next < len(self.trace) else math.inf
+
+    def next_wakeup(self) -> float:
+        """The scheduler's next wake-up; one already polled (a stuck scheduler) is ignored."""
+        if self.scheduler is None:
+            return math.inf
+        wake = self.scheduler.next_wakeup()
+        if wake is None or wake <= self.polled_wake:
+            return math.inf
+        return wake
+
+    def advance_to(self, t: float) -> None:
+        """Arrivals and scheduler wake-ups up to ``t``, in time order, each at its time."""
+        while True:
+            arrival, wake = self.next_arrival(), self.next_wakeup()
+            if arrival <= wake and arrival <= t and arrival < math.inf:
+                self.arrive(self.trace[self.next])
+                self.next += 1
+            elif wake < arrival and wake <= t:  # wake is finite here
+                self.polled_wake = wake
+                self.apply(self.scheduler.poll(wake))  # type: ignore[union-attr]
+            else:
+                return
+
+    def arrive(self, req: TraceRequest) -> None:
+        if self.scheduler is None:
+            self.admit(req.id, req.arrival)
+            return
+        sreq = SchedRequest(
+            id=req.id,
+            task=req.task,
+            arrival=req.arrival,
+            deadline=req.arrival + self.slas[req.task],
+            tokens=self.expected_tokens(req),
+        )
+        self.apply(self.scheduler.offer(sreq, req.arrival))
+
+    def apply(self, decisions: list[Decision]) -> None:
+        for d in decisions:
+            rid = d.request.id
+            if d.action is Action.ADMIT:
+                self.admit(rid, d.at)
+            elif d.action is Action.DEMOTE:
+                self.demoted.add(rid)
+            elif d.action is Action.REJECT:
+                self.rejected.add(rid)
+
+    def admit(self, rid: str, at: float) -> None:
+        req = self.by_id[rid]
+        ereq = EngineRequest(rid, req.prompt_tokens, req.output_tokens, arrival=req.arrival)
+        self.engine.add(ereq)
+        self.in_engine[rid] = ereq
+        self.admitted_at[rid] = at
+
+    # -- the loop --------------------------------------------------------
+
+    def loop(self) -> None:
+        engine, sched = self.engine, self.scheduler
+        now = self.next_arrival()
+        while True:
+            self.advance_to(now)
+            until = min(self.next_arrival(), self.next_wakeup())
+            if engine.idle:
+                if until == math.inf:
+                    return
+                now = until
+                continue
+            res = engine.step(now, max_steps=_MAX_STEPS, until=None if until == math.inf else until)
+            assert res is not None
+            self.calls += 1
+            now = res.end
+            # What happened during the step comes first, then the finishes at its end.
+            self.advance_to(now)
+            if sched is not None and res.finished:
+                for ereq in res.finished:
+                    sched.finish(ereq.id, now)
+                self.apply(sched.poll(now))
+
+    def result(self) -> SimResult:
+        records = []
+        unfinished = []
+        for req in self.trace:
+            ereq = self.in_engine.get(req.id)
+            finished_at = ereq.finished_at if ereq is not None else None
+            rejected = req.id in self.rejected
+            if finished_at is None and not rejected:
+                unfinished.append(req.id)
+            records.append(
+                SimRecord(
+                    id=req.id,
+                    task=req.task,
+                    arrival=req.arrival,
+                    sla_s=self.slas[req.task],
+                    admitted_at=self.admitted_at.get(req.id),
+                    started_at=ereq.started_at if ereq is not None else None,
+                    first_token_at=ereq.first_token_at if ereq is not None else None,
+                    finished_at=finished_at,
+                    output_tokens=ereq.generated if ereq is not None else 0,
+                    preemptions=ereq.preemptions if ereq is not None else 0,
+                    demoted=req.id in self.demoted,
+                    rejected=rejected,
+                )
+            )
+        assert len(records) == len(self.by_id) == len({r.id for r in records})
+        engine = self.engine
+        return SimResult(
+            records=records,
+            steps=engine.total_steps,
+            engine_calls=self.calls,
+            preemptions=engine.total_preemptions,
+            max_running=engine.max_running,
+            end=engine.clock if engine.total_steps else 0.0,
+            unfinished=unfinished,
+        )

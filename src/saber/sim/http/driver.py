@@ -1,0 +1,129 @@
+"""Steps the engine model on the wall clock and hands each step's tokens out.
+
+The loop: compute one step at engine time ``t``, sleep until the step's end on the
+wall clock (``wall = origin + engine_time / time_scale``), then deliver its tokens,
+and repeat; sleep on an event while the engine is idle. Deadlines are absolute: a
+step starts where the last one ended, not where the sleep happened to wake up, so
+oversleeping does not add up. Only when the loop falls behind by more than
+``resync_s`` of wall time (a machine stalled for a while) does the engine clock jump forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from saber.engine import Engine, EngineRequest, StepResult
+
+log = logging.getLogger("saber.sim.http")
+
+# Called with (new tokens, finished) after each step that touched the request;
+# with (0, True) and an error message when the engine failed.
+Sink = Callable[[int, bool, str | None], None]
+
+
+class RealTimeDriver:
+    """Owns an ``Engine`` and the asyncio task that steps it in real time."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        time_scale: float = 1.0,
+        resync_s: float = 0.25,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.engine = engine
+        self.time_scale = time_scale
+        self.resync_s = resync_s
+        self.clock = clock
+        self._sleep = sleep
+        self._origin = clock()
+        self._sinks: dict[str, Sink] = {}
+        self._busy = False  # a step has run since the engine was last idle
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- clock -------------------------------------------------------------
+
+    def engine_now(self) -> float:
+        """Engine time that corresponds to the wall clock now."""
+        return (self.clock() - self._origin) * self.time_scale
+
+    def wall_at(self, engine_time: float) -> float:
+        return self._origin + engine_time / self.time_scale
+
+    # -- requests ----------------------------------------------------------
+
+    def submit(self, req: EngineRequest, sink: Sink) -> None:
+        """Queue ``req``; ``sink`` hears about its tokens. Raises ValueError if the
+        engine refuses it (too long for the KV cache)."""
+        now = self.engine_now()
+        req.arrival = min(now, self.engine.clock) if self._busy else now
+        self.engine.add(req)
+        self._sinks[req.id] = sink
+        if self._wake is not None:
+            self._wake.set()
+
+    def abort(self, req_id: str) -> bool:
+        """Free the request's slot and KV now; its sink hears nothing more."""
+        self._sinks.pop(req_id, None)
+        return self.engine.abort(req_id)
+
+    # -- loop --------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._run(), name="saber-sim-engine")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        while True:
+            if self.engine.idle:
+                self._busy = False
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            try:
+                result = self.engine.step(self._step_start(), max_steps=1)
+            except Exception as exc:  # a bug in the model must not hang every client
+                log.exception("engine step failed")
+                self._fail_all(f"engine step failed: {exc}")
+                continue
+            if result is None:
+                continue
+            self._busy = True
+            delay = self.wall_at(result.end) - self.clock()
+            if delay > 0:
+                await self._sleep(delay)
+            self._deliver(result)
+
+    def _step_start(self) -> float:
+        now = self.engine_now()
+        if not self._busy or now - self.engine.clock > self.resync_s * self.time_scale:
+            return now
+        return self.engine.clock
+
+    def _deliver(self, result: StepResult) -> None:
+        done = {r.id for r in result.finished}
+        for rid, n in result.tokens.items():
+            sink = self._sinks.pop(rid, None) if rid in done else self._sinks.get(rid)
+            if sink is not None:
+                sink(n, rid in done, None)
+
+    def _fail_all(self, message: str) -> None:
+        for rid in list(self._sinks):
+            sink = self._sinks.pop(rid)
+            self.engine.abort(rid)
+            sink(0, True, message)

@@ -1,0 +1,148 @@
+"""One HTTP generation request: its engine requests (one per prompt) and their tokens.
+
+The driver calls each choice's sink at the end of every step that produced
+tokens for it; the sink records vLLM's per-request metrics (these are the
+engine's, so they count whether or not the client reads the stream) and queues a
+``Delta`` for the route to turn into response text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from saber.engine import EngineRequest
+from saber.sim.http.driver import RealTimeDriver
+from saber.sim.http.errors import ApiError
+from saber.sim.http.lengths import OutputLengths, Prompt
+from saber.sim.http.metrics import SimMetrics
+from saber.sim.http.protocol import Generate
+from saber.sim.http.text import Answer, make_answer
+
+
+@dataclass
+class Choice:
+    index: int
+    engine_id: str
+    prompt: Prompt
+    answer: Answer
+    generated: int = 0
+    first_token_at: float | None = None
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Tokens ``[start, end)`` of one choice arrived; ``finished`` if that was all."""
+
+    choice: Choice
+    start: int
+    end: int
+    finished: bool
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        return self.choice.answer.piece(self.start, self.end)
+
+
+class Generation:
+    """Submits the choices to the engine and yields their deltas in arrival order."""
+
+    def __init__(
+        self,
+        request_id: str,
+        params: Generate,
+        *,
+        driver: RealTimeDriver,
+        lengths: OutputLengths,
+        metrics: SimMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.id = request_id
+        self.params = params
+        self._driver = driver
+        self._metrics = metrics
+        self._clock = clock
+        self.arrival = clock()
+        self.choices: list[Choice] = []
+        for i, (prompt, cap) in enumerate(zip(params.prompts, params.max_tokens, strict=True)):
+            n, ended = lengths.output_tokens(
+                prompt.text,
+                max_tokens=cap,
+                ignore_eos=params.ignore_eos,
+                min_tokens=params.min_tokens,
+            )
+            answer = make_answer(
+                n,
+                ended=ended,
+                stop=params.stop,
+                min_tokens=params.min_tokens,
+                include_stop=params.include_stop,
+            )
+            self.choices.append(Choice(i, f"{request_id}-{i}", prompt, answer))
+        self._queue: asyncio.Queue[Delta] = asyncio.Queue()
+        self._open = 0
+
+    def start(self) -> None:
+        """Hand every choice to the engine; ApiError if the engine cannot hold one."""
+        for choice in self.choices:
+            req = EngineRequest(
+                id=choice.engine_id,
+                prompt_tokens=choice.prompt.tokens,
+                output_tokens=choice.answer.tokens,
+            )
+            try:
+                self._driver.submit(req, self._sink(choice))
+            except ValueError as exc:
+                self.close()
+                raise ApiError(str(exc)) from None
+            self._open += 1
+
+    def close(self) -> None:
+        """Abort what is still running (the client left); safe to call again."""
+        for choice in self.choices:
+            if not choice.done:
+                choice.done = True
+                self._driver.abort(choice.engine_id)
+
+    async def deltas(self) -> AsyncIterator[Delta]:
+        while self._open:
+            delta = await self._queue.get()
+            if delta.finished:
+                self._open -= 1
+            yield delta
+            if delta.error:
+                return
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(c.prompt.tokens for c in self.choices)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.generated for c in self.choices)
+
+    def _sink(self, choice: Choice) -> Callable[[int, bool, str | None], None]:
+        def sink(n: int, finished: bool, error: str | None) -> None:
+            now = self._clock()
+            start = choice.generated
+            choice.generated += n
+            self._metrics.generation_tokens.inc(n)
+            if choice.first_token_at is None and n:
+                choice.first_token_at = now
+                self._metrics.first_token(choice.prompt.tokens, now - self.arrival)
+            if finished:
+                choice.done = True
+                if error is None:
+                    self._metrics.finished(
+                        choice.answer.finish_reason,
+                        now - self.arrival,
+                        choice.generated,
+                        now - (choice.first_token_at or now),
+                    )
+            self._queue.put_nowait(Delta(choice, start, choice.generated, finished, error))
+
+        return sink

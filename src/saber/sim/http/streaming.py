@@ -1,0 +1,199 @@
+"""Response bodies in vLLM's shapes, streamed (SSE) and whole.
+
+A stream is ``data: {json}`` frames, one per engine step that produced tokens for
+a choice, the last token's frame carrying ``finish_reason``; a chat stream opens
+each choice with a ``{"role": "assistant", "content": ""}`` delta. With
+``stream_options.include_usage`` a last frame with empty ``choices`` carries
+``usage``; then ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from http import HTTPStatus
+from typing import Any
+
+from saber.sim.http.errors import ApiError, error_body
+from saber.sim.http.faults import FaultDecision
+from saber.sim.http.generation import Choice, Generation
+
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(obj: object) -> bytes:
+    return b"data: " + dumps(obj) + b"\n\n"
+
+
+def dumps(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class _Format:
+    """What differs between /v1/completions and /v1/chat/completions."""
+
+    object_whole = ""
+    object_chunk = ""
+
+    def __init__(self, request_id: str, model: str) -> None:
+        self.id = request_id
+        self.model = model
+        self.created = int(time.time())
+
+    def frame(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
+        obj: dict[str, Any] = {
+            "id": self.id,
+            "object": self.object_chunk,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+        if usage is not None:
+            obj["usage"] = usage
+        return sse(obj)
+
+    def opening(self, index: int) -> dict[str, Any] | None:
+        return None
+
+    def delta(self, index: int, text: str, finish: str | None, stop: str | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def whole_choice(self, choice: Choice, text: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def whole(self, choices: list[dict[str, Any]], usage: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": self.object_whole,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage,
+        }
+
+
+class CompletionFormat(_Format):
+    object_whole = object_chunk = "text_completion"
+
+    def delta(self, index: int, text: str, finish: str | None, stop: str | None) -> dict[str, Any]:
+        return {
+            "index": index,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish,
+            "stop_reason": stop,
+        }
+
+    def whole_choice(self, choice: Choice, text: str) -> dict[str, Any]:
+        return {
+            "index": choice.index,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": choice.answer.finish_reason,
+            "stop_reason": choice.answer.stop_reason,
+            "prompt_logprobs": None,
+        }
+
+
+class ChatFormat(_Format):
+    object_whole = "chat.completion"
+    object_chunk = "chat.completion.chunk"
+
+    def opening(self, index: int) -> dict[str, Any] | None:
+        return {
+            "index": index,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+
+    def delta(self, index: int, text: str, finish: str | None, stop: str | None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "index": index,
+            "delta": {"content": text},
+            "logprobs": None,
+            "finish_reason": finish,
+        }
+        if finish is not None:
+            out["stop_reason"] = stop
+        return out
+
+    def whole_choice(self, choice: Choice, text: str) -> dict[str, Any]:
+        return {
+            "index": choice.index,
+            "message": {
+                "role": "assistant",
+                "content": text,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": [],
+                "reasoning_content": None,
+            },
+            "logprobs": None,
+            "finish_reason": choice.answer.finish_reason,
+            "stop_reason": choice.answer.stop_reason,
+        }
+
+    def whole(self, choices: list[dict[str, Any]], usage: dict[str, Any]) -> dict[str, Any]:
+        return {**super().whole(choices, usage), "prompt_logprobs": None}
+
+
+def usage(gen: Generation, *, details: bool = False) -> dict[str, Any]:
+    prompt, completion = gen.prompt_tokens, gen.completion_tokens
+    out: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+    }
+    if details:
+        out["prompt_tokens_details"] = None
+    return out
+
+
+async def event_stream(gen: Generation, fmt: _Format, fault: FaultDecision) -> AsyncIterator[bytes]:
+    """The SSE body; a stalled request stops sending and waits to be cancelled."""
+    params = gen.params
+    opened: set[int] = set()
+    sent = 0
+    async for d in gen.deltas():
+        if d.error:
+            yield sse(error_body(d.error, HTTPStatus.INTERNAL_SERVER_ERROR))
+            break
+        if fault.stall_after is not None and sent + (d.end - d.start) > fault.stall_after:
+            await _stall()
+        sent += d.end - d.start
+        choices = []
+        if d.choice.index not in opened:
+            opened.add(d.choice.index)
+            head = fmt.opening(d.choice.index)
+            if head is not None:
+                choices.append(head)
+        finish = d.choice.answer.finish_reason if d.finished else None
+        stop = d.choice.answer.stop_reason if d.finished else None
+        if choices:  # vLLM sends the role delta in a frame of its own
+            yield fmt.frame(choices)
+        running = usage(gen) if params.continuous_usage else None
+        yield fmt.frame([fmt.delta(d.choice.index, d.text, finish, stop)], running)
+    else:
+        if params.include_usage:
+            yield fmt.frame([], usage(gen))
+    yield DONE
+
+
+async def whole_response(gen: Generation, fmt: _Format, fault: FaultDecision) -> dict[str, Any]:
+    """The non-streaming body, once every choice has finished."""
+    async for d in gen.deltas():
+        if d.error:
+            raise ApiError(d.error, HTTPStatus.INTERNAL_SERVER_ERROR)
+    if fault.stall_after is not None:
+        await _stall()
+    choices = [fmt.whole_choice(c, c.answer.piece(0, c.generated)) for c in gen.choices]
+    return fmt.whole(choices, usage(gen, details=True))
+
+
+async def _stall() -> None:
+    await asyncio.Event().wait()  # until the client disconnects and we are cancelled

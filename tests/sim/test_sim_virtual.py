@@ -1,0 +1,170 @@
+"""The virtual-time simulator: static runs, runs behind a scheduler, and speed."""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+import pytest
+
+from saber.config import load_tasks, load_workloads
+from saber.engine import Engine, get_preset
+from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler
+from saber.sim import simulate
+from saber.workload import TraceRequest, generate_trace
+
+TASKS = load_tasks()
+WORKLOADS = load_workloads(tasks=TASKS)
+SLAS = {name: t.sla_s for name, t in TASKS.items()}
+PAPER = get_preset("paper")
+
+
+def trace(workload: str = "W3", rps: float = 10.0, n: int = 300, seed: int = 0):
+    return generate_trace(WORKLOADS[workload], TASKS, rps=rps, n=n, seed=seed)
+
+
+class DelayScheduler:
+    """Admits every request ``delay`` seconds after it arrives, using wake-ups;
+    demotes (then admits) task ``slow`` and rejects task ``drop``."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.due: list[tuple[float, str, SchedRequest]] = []
+        self.finished: list[tuple[str, float]] = []
+        self.times: list[float] = []
+
+    def offer(self, req: SchedRequest, now: float) -> list[Decision]:
+        self.times.append(now)
+        if req.task == "drop":
+            return [Decision(Action.REJECT, req, now)]
+        heapq.heappush(self.due, (now + self.delay, req.id, req))
+        out = [Decision(Action.DEMOTE, req, now)] if req.task == "slow" else []
+        return out + self.poll(now)
+
+    def poll(self, now: float) -> list[Decision]:
+        self.times.append(now)
+        out = []
+        while self.due and self.due[0][0] <= now:
+            _, _, req = heapq.heappop(self.due)
+            out.append(Decision(Action.ADMIT, req, now))
+        return out
+
+    def finish(self, req_id: str, now: float) -> None:
+        self.times.append(now)
+        self.finished.append((req_id, now))
+
+    def next_wakeup(self) -> float | None:
+        return self.due[0][0] if self.due else None
+
+
+def test_static_run_serves_every_request_once_within_the_seat_limit():
+    reqs = trace(n=200)
+    res = simulate(reqs, Engine(PAPER, max_num_seqs=20), slas=SLAS)
+    assert [r.id for r in res.records] == [r.id for r in reqs]
+    assert res.max_running == 20 and not res.unfinished
+    by_id = {r.id: r for r in reqs}
+    for rec in res.records:
+        assert rec.output_tokens == by_id[rec.id].output_tokens
+        assert rec.admitted_at == rec.arrival <= rec.started_at
+        assert rec.started_at < rec.first_token_at <= rec.finished_at
+        assert rec.met_sla == (rec.e2e <= SLAS[rec.task])
+        assert not rec.rejected and not rec.demoted
+    assert res.steps > 0 and 0 < res.goodput() < 1
+
+
+def test_lone_request_takes_prefill_plus_decode_steps():
+    req = TraceRequest("only", "code_qna", 2.0, 186, 43, 43)
+    res = simulate([req], Engine(PAPER), slas=SLAS)
+    (rec,) = res.records
+    assert rec.started_at == 2.0 and res.steps == 43
+    per_token = PAPER.decode_speed(1, 186 + 21)
+    assert rec.e2e == pytest.approx(43 / per_token, rel=0.05)
+
+
+def test_arrival_during_a_step_joins_at_the_next_boundary():
+    reqs = [
+        TraceRequest("a", "code_qna", 0.0, 100, 40, 40),
+        TraceRequest("b", "code_qna", 0.05, 100, 5, 5),
+    ]
+    res = simulate(reqs, Engine(PAPER), slas=SLAS)
+    a, b = res.records
+    assert b.started_at > 0.05
+    assert b.started_at - 0.05 < 0.05  # within one step of arriving
+    assert a.finished_at is not None and b.started_at < a.finished_at
+
+
+def test_scheduler_decides_when_requests_reach_the_engine():
+    reqs = [
+        TraceRequest("a", "code_qna", 0.0, 50, 10, 10),
+        TraceRequest("s", "slow", 0.1, 50, 10, 10),
+        TraceRequest("x", "drop", 0.2, 50, 10, 10),
+        TraceRequest("c", "code_qna", 3.0, 50, 10, 10),
+    ]
+    slas = {**SLAS, "slow": 1.0, "drop": 1.0}
+    sched = DelayScheduler(delay=0.5)
+    res = simulate(reqs, Engine(PAPER), slas=slas, scheduler=sched)
+    recs = {r.id: r for r in res.records}
+    assert recs["a"].admitted_at == pytest.approx(0.5) and recs["a"].started_at >= 0.5
+    assert recs["s"].demoted and recs["s"].admitted_at == pytest.approx(0.6)
+    assert recs["x"].rejected and recs["x"].finished_at is None and not recs["x"].met_sla
+    assert recs["c"].admitted_at == pytest.approx(3.5)
+    assert sorted(rid for rid, _ in sched.finished) == ["a", "c", "s"]
+    assert all(recs[rid].finished_at == t for rid, t in sched.finished)
+    assert sched.times == sorted(sched.times)  # the scheduler's clock never runs back
+    assert len(res.records) == 4 and not res.unfinished
+
+
+def test_expected_tokens_is_what_the_scheduler_is_told():
+    seen = {}
+
+    class Spy(DelayScheduler):
+        def offer(self, req, now):
+            seen[req.id] = req.tokens
+            return super().offer(req, now)
+
+    reqs = trace(n=20)
+    simulate(reqs, Engine(PAPER), slas=SLAS, scheduler=Spy(0.0), expected_tokens=lambda r: 7)
+    assert set(seen.values()) == {7}
+    seen.clear()
+    simulate(reqs, Engine(PAPER), slas=SLAS, scheduler=Spy(0.0))
+    assert seen == {r.id: r.max_tokens for r in reqs}
+
+
+def test_with_saber_scheduler_every_request_is_accounted_for():
+    reqs = trace("W1", rps=15, n=300, seed=3)
+    f1 = PAPER.decode_speed(1, 700)
+
+    def speed(load: float) -> float:
+        return PAPER.decode_speed(max(1, round(load)), 700) if load >= 1 else f1
+
+    sched = Scheduler(speed, Policy(window_size=4), seed=1)
+    res = simulate(reqs, Engine(PAPER, max_num_seqs=256), slas=SLAS, scheduler=sched)
+    assert len(res.records) == 300 and not res.unfinished
+    assert any(r.demoted for r in res.records)
+    assert all(r.finished_at is not None for r in res.records if not r.rejected)
+    assert sched.load == 0
+
+
+def test_unknown_task_sla_and_duplicate_ids_are_refused():
+    with pytest.raises(ValueError, match="no SLA"):
+        simulate([TraceRequest("a", "mystery", 0.0, 5, 5, 5)], Engine(PAPER), slas=SLAS)
+    dup = [TraceRequest("a", "code_qna", 0.0, 5, 5, 5)] * 2
+    with pytest.raises(ValueError, match="unique"):
+        simulate(dup, Engine(PAPER), slas=SLAS)
+
+
+def test_empty_trace():
+    res = simulate([], Engine(PAPER), slas=SLAS)
+    assert res.records == [] and res.goodput() == 0.0
+
+
+def test_a_300_request_run_is_fast():
+    reqs = trace(n=300, seed=5)
+    best = min(_timed(reqs) for _ in range(3))
+    assert best < 0.5
+
+
+def _timed(reqs) -> float:
+    start = time.perf_counter()
+    simulate(reqs, Engine(PAPER, max_num_seqs=50), slas=SLAS)
+    return time.perf_counter() - start

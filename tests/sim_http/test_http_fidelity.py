@@ -1,0 +1,67 @@
+"""Over HTTP, saber-sim decodes as fast as the engine model predicts for the same load.
+
+The server runs in its own process (the measuring client must not share its
+GIL) at a time scale that keeps a step (~16 ms of engine time) several
+milliseconds long on the wall, above event-loop and scheduler jitter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from saber.sim.http import SimSettings
+from saber.sim.http.fidelity import compare, measure, predict
+
+TIME_SCALE = 2.0
+TOLERANCE = 0.15
+PROMPT_TOKENS = 32
+OUTPUT_TOKENS = 100
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "saber.sim.http", "--port", "0", "--time-scale", str(TIME_SCALE),
+         "--disable-uvicorn-access-log"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            m = re.search(r"running on (http://\S+)", line)
+            if m:
+                break
+        else:
+            pytest.fail("saber-sim did not start")
+        yield m.group(1)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("concurrency", [1, 4, 16, 64])
+def test_decode_speed_matches_the_engine_model(server_url: str, concurrency: int) -> None:
+    settings = SimSettings(time_scale=TIME_SCALE)
+    predicted = predict(
+        settings, concurrency, prompt_tokens=PROMPT_TOKENS, output_tokens=OUTPUT_TOKENS
+    )
+    measured = asyncio.run(
+        measure(
+            server_url,
+            settings.model_name,
+            concurrency,
+            prompt_tokens=PROMPT_TOKENS,
+            output_tokens=OUTPUT_TOKENS,
+            time_scale=TIME_SCALE,
+        )
+    )
+    result = compare(predicted, measured, concurrency)
+    assert abs(result.error) <= TOLERANCE, result
