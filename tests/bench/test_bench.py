@@ -85,6 +85,7 @@ def test_cli_json_rows(capsys, tmp_path):
         for key in (
             "best_static_b", "best_static_goodput", "saber_goodput", "saber_cv", "static_cv",
             "saber_usl_goodput", "saber_linear_goodput", "saber_logistic_goodput",
+            "saber_usl_lpq_guard_goodput",
         ):  # fmt: skip
             assert key in row
         assert row["best_static_b"] in (10, 50)

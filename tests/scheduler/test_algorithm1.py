@@ -225,3 +225,14 @@ def test_snapshot_reports_queues_and_speeds():
     }
     assert snap["predicted_speed"]["at_load_plus_1"] == pytest.approx(100 / 1.1)
     assert snap["recent_decisions"][-1]["action"] == "admit"
+
+
+def test_lpq_guard_keeps_best_effort_work_from_breaking_admitted_slas():
+    # "tight" runs needing 95 tok/s; f(2) = 90.9 would break it. The paper serves
+    # the demoted request anyway once the HPQs are empty; the guard holds it back.
+    for guard, expect in ((False, ["late"]), (True, [])):
+        s = Scheduler(usl(), Policy(lpq_guard=guard))
+        s.offer(req("tight", 95, 1.0), 0.0)
+        assert admitted(s.offer(req("late", 500, 1.0), 0.0)) == expect, guard
+    s.finish("tight", 0.9)
+    assert admitted(s.poll(0.9)) == ["late"]

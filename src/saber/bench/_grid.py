@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 PAPER_RPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
 PAPER_BATCH_SIZES = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
-VARIANTS = ("usl", "linear", "logistic")
+# SABER variants: a speed model, optionally "+" a beyond-the-paper policy option.
+VARIANTS = ("usl", "linear", "logistic", "usl+lpq_guard")
 
 
 @dataclass(frozen=True)

@@ -78,15 +78,17 @@ def run_cell(
     for b in sweep.batch_sizes:
         runs[f"static:{b}"] = summarize(simulate(trace, Engine(preset, max_num_seqs=b), slas=slas))
     guess = estimator(cell.mode, tasks)
-    for kind in sweep.variants:
-        scheduler = Scheduler(
-            models[kind],
-            Policy(window_size=sweep.window_size, max_concurrency=sweep.saber_max_num_seqs),
-            seed=cell.seed,
+    for variant in sweep.variants:
+        kind, _, option = variant.partition("+")
+        policy = Policy(
+            window_size=sweep.window_size,
+            max_concurrency=sweep.saber_max_num_seqs,
+            lpq_guard=option == "lpq_guard",
         )
+        scheduler = Scheduler(models[kind], policy, seed=cell.seed)
         engine = Engine(preset, max_num_seqs=sweep.saber_max_num_seqs)
         result = simulate(trace, engine, slas=slas, scheduler=scheduler, expected_tokens=guess)
-        runs[f"saber:{kind}"] = summarize(result)
+        runs[f"saber:{variant}"] = summarize(result)
     return CellResult(cell, runs)
 
 

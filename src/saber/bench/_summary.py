@@ -41,7 +41,7 @@ class Row:
         out = asdict(self)
         out.pop("variants")
         for kind, g in self.variants.items():
-            out[f"saber_{kind}_goodput"] = g
+            out[f"saber_{kind.replace('+', '_')}_goodput"] = g
         out["static"] = {str(b): g for b, g in self.static.items()}
         return out
 

@@ -93,9 +93,10 @@ def _sweep_from(args: argparse.Namespace) -> Sweep:
     sweep = dataclasses.replace(sweep, **{k: v for k, v in overrides.items() if v is not None})
     if "usl" not in sweep.variants:
         raise SystemExit("saber-bench: --variants must include usl (SABER's default model)")
-    unknown = set(sweep.variants) - set(MODELS)
+    unknown = {v for v in sweep.variants if v.partition("+")[0] not in MODELS}
+    unknown |= {v for v in sweep.variants if v.partition("+")[2] not in ("", "lpq_guard")}
     if unknown:
-        raise SystemExit(f"saber-bench: unknown speed model(s): {', '.join(sorted(unknown))}")
+        raise SystemExit(f"saber-bench: unknown variant(s): {', '.join(sorted(unknown))}")
     return sweep
 
 
@@ -111,7 +112,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     loads, speeds = profile_engine(
         get_preset(sweep.preset), workloads["W3"], tasks, points=sweep.profile_points
     )
-    models = fit_variants(loads, speeds, sweep.variants)
+    models = fit_variants(loads, speeds, sorted({v.partition("+")[0] for v in sweep.variants}))
     for kind, model in models.items():
         params = ", ".join(f"{k}={v:.4g}" for k, v in model.params.items())
         err.print(f"offline phase: {kind:9s} f(1)={model(1):.1f} tok/s  {params}")
