@@ -11,8 +11,8 @@ import pytest
 
 from saber.sim.http import RunningSim, serve_in_thread
 
-# Fast enough to keep tests short, slow enough that a step (~16 ms of engine
-# time for the paper preset, so ~1.6 ms here) stays above event-loop jitter.
+# Fast enough to keep tests short; these tests check the wire, not timing (the
+# fidelity test runs its own server at a gentler scale).
 TEST_TIME_SCALE = 10.0
 
 

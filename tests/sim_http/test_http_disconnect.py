@@ -18,7 +18,8 @@ STREAM = {**LONG, "stream": True}
 
 @pytest.fixture(scope="module")
 def slow_sim() -> Iterator[RunningSim]:
-    # Steps of ~32 ms wall: "within one step" leaves room for a loaded machine.
+    # Steps of 15 ms or more on the wall: "within one step" leaves room for a
+    # loaded machine.
     with serve_in_thread(time_scale=0.5, max_num_seqs=2, max_model_len=4096) as running:
         yield running
 

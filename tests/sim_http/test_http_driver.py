@@ -61,8 +61,9 @@ async def test_small_oversleeps_do_not_drift(scale: float) -> None:
     assert sum(got) == 200 and len(got) == 200  # one token per step, each delivered
     # The engine's timeline is exactly the virtual-time one, oversleeping or not.
     assert engine.clock == pytest.approx(_virtual_finish(200), rel=1e-9)
-    # On the wall, it ends one overshoot after its last deadline, not 200 of them.
-    assert fake.now - 100.0 == pytest.approx(engine.clock / scale + 0.001, abs=1e-9)
+    # On the wall, it ends at most one overshoot after its last deadline, not 200 of them.
+    ideal = engine.clock / scale
+    assert ideal - 1e-9 <= fake.now - 100.0 <= ideal + 0.001 + 1e-9
 
 
 async def test_a_long_stall_resyncs_the_engine_clock() -> None:

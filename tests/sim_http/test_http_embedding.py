@@ -12,8 +12,8 @@ async def test_serve_in_the_running_loop() -> None:
     async with serve(SimSettings(time_scale=20), served_model_name=("tiny",)) as sim:
         assert sim.url.startswith("http://127.0.0.1:") and sim.port > 0
         assert sim.api_url == f"{sim.url}/v1"
-        client = openai.AsyncOpenAI(base_url=sim.api_url, api_key="x", max_retries=0)
-        out = await client.completions.create(model="tiny", prompt="x", max_tokens=2)
+        async with openai.AsyncOpenAI(base_url=sim.api_url, api_key="x", max_retries=0) as client:
+            out = await client.completions.create(model="tiny", prompt="x", max_tokens=2)
         assert out.model == "tiny"
 
 

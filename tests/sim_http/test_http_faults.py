@@ -19,8 +19,10 @@ def test_error_rate_one_answers_500_like_vllm() -> None:
         resp = httpx.post(f"{sim.api_url}/completions", json=BODY)
         assert resp.status_code == 500
         assert resp.json()["error"]["type"] == "InternalServerError"
-        client = openai.OpenAI(base_url=sim.api_url, api_key="x", max_retries=0)
-        with pytest.raises(openai.InternalServerError):
+        with (
+            openai.OpenAI(base_url=sim.api_url, api_key="x", max_retries=0) as client,
+            pytest.raises(openai.InternalServerError),
+        ):
             client.completions.create(model=sim.model, prompt="x", max_tokens=1)
         assert sim.state.engine.idle
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
+
 import openai
 import pytest
 
@@ -9,13 +11,15 @@ from saber.sim.http import RunningSim
 
 
 @pytest.fixture
-def client(sim: RunningSim) -> openai.OpenAI:
-    return openai.OpenAI(base_url=sim.api_url, api_key="unused", max_retries=0)
+def client(sim: RunningSim) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=sim.api_url, api_key="unused", max_retries=0) as c:
+        yield c
 
 
 @pytest.fixture
-def aclient(sim: RunningSim) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=sim.api_url, api_key="unused", max_retries=0)
+async def aclient(sim: RunningSim) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=sim.api_url, api_key="unused", max_retries=0) as c:
+        yield c
 
 
 def test_models(client: openai.OpenAI, sim: RunningSim) -> None:

@@ -24,7 +24,7 @@ import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -94,20 +94,18 @@ PromptField = str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]]
 def completion_prompts(prompt: PromptField) -> list[Prompt]:
     """The prompts of a ``/v1/completions`` body (already type-checked)."""
     if isinstance(prompt, str):
-        return [Prompt(max(1, count_tokens(prompt)), prompt)]
-    items = list(prompt)
+        return [_text_prompt(prompt)]
+    items: list[Any] = list(prompt)
     if items and all(isinstance(x, int) for x in items):
-        return [_ids_prompt(items)]  # type: ignore[arg-type]
-    out = []
-    for item in items:
-        if isinstance(item, str):
-            out.append(Prompt(max(1, count_tokens(item)), item))
-        else:
-            out.append(_ids_prompt(list(item)))
-    return out
+        return [_ids_prompt(items)]
+    return [_text_prompt(x) if isinstance(x, str) else _ids_prompt(x) for x in items]
 
 
-def _ids_prompt(ids: list[int]) -> Prompt:
+def _text_prompt(text: str) -> Prompt:
+    return Prompt(max(1, count_tokens(text)), text)
+
+
+def _ids_prompt(ids: Sequence[int]) -> Prompt:
     return Prompt(len(ids), " ".join(map(str, ids)))
 
 

@@ -21,9 +21,11 @@ from saber.sim.http.settings import SimSettings
 class SimServer(uvicorn.Server):
     """uvicorn's server, plus the hook that lets saber-sim refuse connections."""
 
-    def __init__(self, config: uvicorn.Config, sim: SimState) -> None:
+    def __init__(self, config: uvicorn.Config, app: FastAPI) -> None:
         super().__init__(config)
-        self.sim = sim
+        self.app = app
+        self.sim: SimState = app.state.sim
+        self.ready = False  # listening (or refusing on purpose), port known
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets=sockets)
@@ -32,6 +34,7 @@ class SimServer(uvicorn.Server):
             refuse_for = self.sim.settings.faults.refuse_for
             if refuse_for > 0:
                 self.sim.listener.refuse(refuse_for)
+            self.ready = True
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ def make_server(
     log_level: str = "warning",
     access_log: bool = False,
     configure_logging: bool = False,
-    graceful_shutdown_s: float = 2.0,
+    graceful_shutdown_s: int = 2,
 ) -> SimServer:
     app = create_app(settings)
     config = uvicorn.Config(
@@ -78,7 +81,7 @@ def make_server(
         lifespan="on",
         timeout_graceful_shutdown=graceful_shutdown_s,
     )
-    return SimServer(config, app.state.sim)
+    return SimServer(config, app)
 
 
 def _settings(settings: SimSettings | None, overrides: dict[str, Any]) -> SimSettings:
@@ -88,9 +91,8 @@ def _settings(settings: SimSettings | None, overrides: dict[str, Any]) -> SimSet
 def _running(server: SimServer, host: str) -> RunningSim:
     port = server.sim.listener.port
     assert port is not None
-    app = server.config.app
-    return RunningSim(f"http://{host}:{port}", port, server.sim.settings.model_name,
-                      server.sim.settings, app)  # fmt: skip
+    settings = server.sim.settings
+    return RunningSim(f"http://{host}:{port}", port, settings.model_name, settings, server.app)
 
 
 @contextlib.contextmanager
@@ -117,7 +119,7 @@ def serve_in_thread(
     thread = threading.Thread(target=run, name="saber-sim", daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout_s
-    while not server.started:
+    while not server.ready:
         if not thread.is_alive():
             raise RuntimeError(f"saber-sim failed to start on {host}:{port}")
         if time.monotonic() > deadline:
@@ -149,7 +151,7 @@ async def serve(
             raise RuntimeError(f"saber-sim failed to start on {host}:{port}") from None
 
     task = asyncio.create_task(run())
-    while not server.started:
+    while not server.ready:
         if task.done():
             task.result()
             raise RuntimeError(f"saber-sim failed to start on {host}:{port}")
