@@ -72,13 +72,16 @@ def test_static_run_serves_every_request_once_within_the_seat_limit():
     assert res.steps > 0 and 0 < res.goodput() < 1
 
 
-def test_lone_request_takes_prefill_plus_decode_steps():
+def test_lone_request_takes_one_prefill_step_then_decode_steps():
     req = TraceRequest("only", "code_qna", 2.0, 186, 43, 43)
     res = simulate([req], Engine(PAPER), slas=SLAS)
     (rec,) = res.records
     assert rec.started_at == 2.0 and res.steps == 43
-    per_token = PAPER.decode_speed(1, 186 + 21)
-    assert rec.e2e == pytest.approx(43 / per_token, rel=0.05)
+    pairs = 186 * 187 // 2
+    prefill = PAPER.step_time(num_seqs=1, tokens=186, context_tokens=186, attn_pairs=pairs)
+    decodes = sum(PAPER.step_time(num_seqs=1, tokens=1, context_tokens=c) for c in range(187, 229))
+    assert rec.ttft == pytest.approx(prefill)
+    assert rec.e2e == pytest.approx(prefill + decodes)
 
 
 def test_arrival_during_a_step_joins_at_the_next_boundary():

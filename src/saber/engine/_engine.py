@@ -168,12 +168,16 @@ class Engine:
         running = self._running
         budget = self.max_num_batched_tokens
         batch: list[tuple[EngineRequest, int]] = []
+        tokens = context = pairs = 0  # what the step computes, for its duration
         preempted = False
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            new = min(req.num_tokens - req.computed, budget)
-            need = _blocks(req.computed + new) - req.blocks
+            computed = req.computed
+            new = req.prompt_tokens + req.generated - computed
+            if new > budget:
+                new = budget
+            need = -(-(computed + new) // BLOCK_SIZE) - req.blocks
             while need > self._free:
                 victim = running.pop()
                 self._preempt(victim, result)
@@ -185,6 +189,9 @@ class Engine:
                 req.blocks += need
                 batch.append((req, new))
                 budget -= new
+                tokens += new
+                context += computed + new
+                pairs += new * computed + new * (new + 1) // 2
                 i += 1
                 continue
             break  # the request itself was preempted
@@ -192,8 +199,8 @@ class Engine:
             waiting = self._waiting
             while waiting and budget > 0 and len(running) < self.max_num_seqs:
                 req = waiting[0]
-                new = min(req.num_tokens, budget)
-                need = _blocks(new)
+                new = min(req.prompt_tokens + req.generated, budget)
+                need = -(-new // BLOCK_SIZE)
                 if need > self._free:
                     break
                 waiting.popleft()
@@ -202,29 +209,28 @@ class Engine:
                 req.blocks = need
                 batch.append((req, new))
                 budget -= new
+                tokens += new
+                context += new
+                pairs += new * (new + 1) // 2
         if len(running) > self.max_running:
             self.max_running = len(running)
         assert batch, "a non-idle engine always schedules something"
-
-        tokens = context = pairs = 0
-        for req, new in batch:
-            tokens += new
-            context += req.computed + new
-            pairs += new * req.computed + new * (new + 1) // 2
         end = start + self.preset.step_time(
             num_seqs=len(batch), tokens=tokens, context_tokens=context, attn_pairs=pairs
         )
 
         prefill = finished = False
+        emitted = result.tokens
         for req, new in batch:
             if req.started_at is None:
                 req.started_at = start
-            if req.generated == 0 or req.num_tokens - req.computed != 1:
+            target = req.prompt_tokens + req.generated
+            if new != 1 or req.generated == 0 or target - req.computed != 1:
                 prefill = True
             req.computed += new
-            if req.computed == req.num_tokens:  # the last computed token samples the next
+            if req.computed == target:  # the last computed token samples the next
                 req.generated += 1
-                result.tokens[req.id] = result.tokens.get(req.id, 0) + 1
+                emitted[req.id] = emitted.get(req.id, 0) + 1
                 if req.first_token_at is None:
                     req.first_token_at = end
                     result.first_tokens[req.id] = end

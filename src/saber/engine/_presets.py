@@ -15,18 +15,21 @@ def _grid() -> dict[str, EnginePreset]:
     return out
 
 
-# The paper's set-up: one accelerator serving Qwen2.5-Coder under vLLM, with the
-# SLAs of Table I being the mean completion times of 100 requests at 10 RPS.
-# Factors fitted by ``python -m saber.sim.calibrate``; see docs/engine.md.
+# The paper's set-up: Qwen2.5-Coder under vLLM on "a single accelerator unit",
+# whose SLAs (Table I) are the mean completion times of 100 requests at 10 RPS.
+# The factors are fitted, not measured: W3 at 10 RPS, static max_num_seqs 50,
+# 100 requests x 20 seeds lands every task within 20% of Table I, and W1 at
+# 15-20 RPS punishes a large static batch as the paper's Figure 1 does.
+# Reproduce with ``python -m saber.sim.calibrate``; see docs/engine.md.
 PAPER = EnginePreset(
     name="paper",
-    hardware=HARDWARE["a10"],
+    hardware=HARDWARE["ascend-910b"],
     model=MODELS["qwen2.5-coder-3b"],
-    memory_efficiency=0.8,
-    mfu=0.5,
+    memory_efficiency=0.9,
+    mfu=0.16,  # effective prefill efficiency: cheap decode, expensive prefill
     step_overhead_s=0.003,
-    seq_overhead_s=2e-5,
-    notes="calibrated to Table I (W3, 10 RPS, static max_num_seqs 50)",
+    seq_overhead_s=2e-4,  # host work per sequence per step
+    notes="fitted to Table I (W3, 10 RPS, static max_num_seqs 50, 100 requests)",
 )
 
 PRESETS: dict[str, EnginePreset] = {**_grid(), "paper": PAPER}

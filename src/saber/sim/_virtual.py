@@ -107,9 +107,9 @@ class _Run:
             if arrival <= wake and arrival <= t and arrival < math.inf:
                 self.arrive(self.trace[self.next])
                 self.next += 1
-            elif wake < arrival and wake <= t:  # wake is finite here
+            elif wake < arrival and wake <= t and self.scheduler is not None:
                 self.polled_wake = wake
-                self.apply(self.scheduler.poll(wake))  # type: ignore[union-attr]
+                self.apply(self.scheduler.poll(wake))
             else:
                 return
 

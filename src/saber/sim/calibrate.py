@@ -90,10 +90,17 @@ def goodput_grid(
         traces = [generate_trace(mix, tasks, rps=rps, n=n, seed=s) for s in seeds]
         for batch in batches:
             out[rps, batch] = statistics.fmean(
-                simulate(t, Engine(preset, max_num_seqs=batch), slas=slas).goodput()
-                for t in traces
+                simulate(t, Engine(preset, max_num_seqs=batch), slas=slas).goodput() for t in traces
             )
     return out
+
+
+def _max_running(preset: EnginePreset, n: int) -> int:
+    tasks = load_tasks()
+    mix = load_workloads(tasks=tasks)[CAL_WORKLOAD]
+    slas = {name: t.sla_s for name, t in tasks.items()}
+    trace = generate_trace(mix, tasks, rps=CAL_RPS, n=n, seed=0)
+    return simulate(trace, Engine(preset, max_num_seqs=256), slas=slas).max_running
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -105,9 +112,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     preset = get_preset(args.preset)
 
-    rows = completion_table(
-        preset, batch=args.batch, n=args.requests, seeds=range(args.seeds)
-    )
+    rows = completion_table(preset, batch=args.batch, n=args.requests, seeds=range(args.seeds))
     print(
         f"Mean completion time, {CAL_WORKLOAD} at {CAL_RPS:g} RPS, static max_num_seqs "
         f"{args.batch}, {args.requests} requests x {args.seeds} seeds ({preset.name})\n"
@@ -115,16 +120,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("| task | requests | mean completion (s) | SLA (s) | error |")
     print("|---|---|---|---|---|")
     for row in rows:
-        print(
-            f"| {row.task} | {row.count} | {row.mean_s:.2f} | {row.sla_s:g} | {row.error:+.0%} |"
-        )
+        print(f"| {row.task} | {row.count} | {row.mean_s:.2f} | {row.sla_s:g} | {row.error:+.0%} |")
+
+    print(
+        f"\nRun length matters: {CAL_WORKLOAD} at {CAL_RPS:g} RPS, max_num_seqs 256, "
+        "mean completion (s) by requests per run, 3 seeds\n"
+    )
+    print("| requests | " + " | ".join(row.task for row in rows) + " | max running |")
+    print("|---" * (len(rows) + 2) + "|")
+    for n in (100, 300, 1000):
+        means = completion_table(preset, batch=256, n=n, seeds=range(3))
+        cells = " | ".join(f"{r.mean_s:.2f}" for r in means)
+        print(f"| {n} | {cells} | {_max_running(preset, n)} |")
 
     batches = list(range(10, 101, 10))
     for workload, rps_values in (("W1", (5, 10, 15, 20)), ("W2", (10, 20)), ("W3", (5, 10, 20))):
         grid = goodput_grid(
             preset, workload=workload, rps_values=rps_values, batches=batches, n=args.requests
         )
-        print(f"\nGoodput (%), {workload}, static max_num_seqs, {args.requests} requests x 3 seeds\n")
+        print(f"\nGoodput (%), {workload}, static max_num_seqs, {args.requests} requests x 3 seeds")
+        print()
         print("| RPS | " + " | ".join(str(b) for b in batches) + " |")
         print("|---" * (len(batches) + 1) + "|")
         for rps in rps_values:
