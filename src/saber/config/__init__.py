@@ -1,6 +1,16 @@
 """Settings: task types, workload mixes and (later) gateway settings, from YAML."""
 
 from saber.config._errors import ConfigError
+from saber.config._gateway import (
+    DEFAULT_GATEWAY_CONFIG,
+    DEFAULT_PROFILE_NAME,
+    ENV_VARS,
+    AliasTarget,
+    BackendSettings,
+    GatewayConfig,
+    TaskRule,
+    load_gateway_config,
+)
 from saber.config._tasks import (
     DEFAULT_CONFIG_DIR,
     DEFAULT_PROFILE_DIR,
@@ -14,10 +24,18 @@ from saber.config._yaml import read_yaml, validate
 
 __all__ = [
     "DEFAULT_CONFIG_DIR",
+    "DEFAULT_GATEWAY_CONFIG",
     "DEFAULT_PROFILE_DIR",
+    "DEFAULT_PROFILE_NAME",
+    "ENV_VARS",
+    "AliasTarget",
+    "BackendSettings",
     "ConfigError",
+    "GatewayConfig",
+    "TaskRule",
     "TaskType",
     "Workload",
+    "load_gateway_config",
     "load_tasks",
     "load_workloads",
     "parse_tasks",

@@ -1,0 +1,294 @@
+"""saber-gateway settings: a YAML file, ``SABER_*`` environment variables, CLI flags.
+
+Precedence, highest first: command-line flags, environment variables, the file,
+the defaults below. Every leaf setting has an environment variable named after
+its path: ``backend.url`` is ``SABER_BACKEND_URL``, ``window_size`` is
+``SABER_WINDOW_SIZE``. Lists of strings take a comma-separated value; mappings and
+lists of mappings (``tasks``, ``aliases``, ``rules``) take YAML or JSON text.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from saber.config._errors import ConfigError
+from saber.config._tasks import (
+    DEFAULT_CONFIG_DIR,
+    DEFAULT_PROFILE_DIR,
+    Name,
+    TaskType,
+    load_tasks,
+    parse_tasks,
+)
+from saber.config._yaml import read_yaml
+
+ENV_PREFIX = "SABER_"
+DEFAULT_GATEWAY_CONFIG = DEFAULT_CONFIG_DIR / "gateway.yaml"
+DEFAULT_PROFILE_NAME = "saber-sim-paper.json"
+"""The profile used when none is configured: the one shipped for saber-sim's paper preset."""
+
+Endpoint = Literal["chat", "completions", "any"]
+
+
+class BackendSettings(BaseModel):
+    """The one OpenAI-compatible server (vLLM) the gateway relays to."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(default="http://127.0.0.1:8000", description="base URL, without /v1")
+    api_key: str | None = Field(default=None, description="sent upstream as a bearer token")
+    model: str | None = Field(
+        default=None, description="served model name for aliases; default: asked from /v1/models"
+    )
+    connect_timeout_s: float = Field(default=2.0, gt=0)
+    read_timeout_s: float = Field(default=600.0, gt=0, description="longest silence upstream")
+    max_connections: int = Field(default=1024, ge=1)
+    transport: Literal["httpx", "aiohttp"] = Field(
+        default="aiohttp",
+        description="aiohttp under the httpx API (httpx-aiohttp), or httpx's own pool; "
+        "see bench/upstream_client.py for why aiohttp is the default",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected an http:// or https:// URL, got {url!r}")
+        if parts.query or parts.fragment:
+            raise ValueError("the backend URL must not carry a query or a fragment")
+        return url.rstrip("/").removesuffix("/v1")
+
+
+class AliasTarget(BaseModel):
+    """A model name clients may send, standing for a task type (and a real model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: Name
+    model: str | None = Field(default=None, description="default: the backend's model")
+
+
+class TaskRule(BaseModel):
+    """Picks a task type from the request itself when no header or alias named one.
+
+    A rule matches when every condition it sets holds; the first match wins.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: Name
+    endpoint: Endpoint = "any"
+    max_tokens_at_most: int | None = Field(default=None, ge=0)
+
+
+class GatewayConfig(BaseModel):
+    """Everything saber-gateway needs to serve; see configs/gateway.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    backend: BackendSettings = Field(default_factory=BackendSettings)
+    profile: Path | None = Field(default=None, description=f"default: {DEFAULT_PROFILE_NAME}")
+    window_size: int = Field(default=8, ge=1)
+    max_concurrency: int | None = Field(default=256, ge=1)
+    queue_cap: int | None = Field(default=256, ge=0, description="per task type, HPQ + LPQ")
+    lpq_timeout_s: float | None = Field(default=30.0, gt=0)
+    api_keys: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    tasks: dict[str, TaskType] = Field(default_factory=lambda: load_tasks())
+    default_task: str = "code_generation"
+    aliases: dict[Annotated[str, Field(min_length=1)], AliasTarget] = Field(default_factory=dict)
+    rules: list[TaskRule] = Field(default_factory=list)
+    queued_comment_interval_s: float = Field(default=3.0, gt=0)
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    seed: int | None = Field(default=None, description="the scheduler's random window")
+    log_requests: bool = True
+
+    @model_validator(mode="after")
+    def _tasks_exist(self) -> GatewayConfig:
+        known = set(self.tasks)
+
+        def check(field: str, task: str) -> None:
+            if task not in known:
+                raise ValueError(
+                    f"{field}: unknown task type {task!r}; known: {', '.join(sorted(known))}"
+                )
+
+        check("default_task", self.default_task)
+        for alias, target in self.aliases.items():
+            check(f"aliases.{alias}.task", target.task)
+        for i, rule in enumerate(self.rules):
+            check(f"rules.{i}.task", rule.task)
+        return self
+
+    def profile_path(self) -> Path:
+        """The profile to load: the configured one, else the shipped default."""
+        return (
+            self.profile if self.profile is not None else DEFAULT_PROFILE_DIR / DEFAULT_PROFILE_NAME
+        )
+
+
+# -- environment variables ------------------------------------------------------
+
+EnvKind = Literal["scalar", "list", "yaml"]
+
+
+def _env_kind(annotation: Any) -> EnvKind:
+    """How an environment string becomes a value of this type."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        (item,) = typing.get_args(annotation)
+        if typing.get_origin(item) is Annotated:
+            item = typing.get_args(item)[0]
+        return "list" if item is str else "yaml"
+    if origin is dict:
+        return "yaml"
+    return "scalar"
+
+
+def _env_table(
+    model: type[BaseModel], path: tuple[str, ...] = ()
+) -> dict[str, tuple[tuple[str, ...], EnvKind]]:
+    table: dict[str, tuple[tuple[str, ...], EnvKind]] = {}
+    for name, field in model.model_fields.items():
+        here = (*path, name)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            table.update(_env_table(ann, here))
+        else:
+            table[ENV_PREFIX + "_".join(here).upper()] = (here, _env_kind(ann))
+    return table
+
+
+ENV_VARS: dict[str, tuple[tuple[str, ...], EnvKind]] = _env_table(GatewayConfig)
+"""Every ``SABER_*`` variable the gateway reads, with the setting it overrides."""
+
+
+def _env_value(name: str, raw: str, kind: EnvKind, nullable: bool) -> Any:
+    if nullable and raw.strip().lower() in ("", "none", "null"):
+        return None
+    if kind == "list":
+        text = raw.strip()
+        if text.startswith("["):
+            return _yaml_value(name, text)
+        return [item.strip() for item in text.split(",") if item.strip()]
+    if kind == "yaml":
+        return _yaml_value(name, raw)
+    return raw
+
+
+def _yaml_value(name: str, raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"environment variable {name}: not valid YAML or JSON: {exc}") from None
+
+
+def _nullable(path: tuple[str, ...]) -> bool:
+    model: type[BaseModel] = GatewayConfig
+    for part in path[:-1]:
+        ann = model.model_fields[part].annotation
+        assert isinstance(ann, type)
+        model = ann
+    field = model.model_fields[path[-1]]
+    return type(None) in typing.get_args(field.annotation)
+
+
+# -- loading ----------------------------------------------------------------------
+
+
+def load_gateway_config(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> GatewayConfig:
+    """Read the gateway settings: ``overrides`` (CLI, dotted keys) > ``env`` > the file.
+
+    ``path`` None means the shipped configs/gateway.yaml; ``env`` None means
+    ``os.environ``. A ConfigError names the source (file, variable or flag), the
+    field and the problem.
+    """
+    env = os.environ if env is None else env
+    path = Path(path) if path is not None else DEFAULT_GATEWAY_CONFIG
+    data = read_yaml(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: invalid configuration\n  (top level): expected a mapping of settings, "
+            f"got {type(data).__name__}"
+        )
+    sources: dict[tuple[str, ...], str] = {}
+    for name, (key, kind) in ENV_VARS.items():
+        if name in env:
+            _put(data, key, _env_value(name, env[name], kind, _nullable(key)))
+            sources[key] = f"environment variable {name}"
+    for dotted, value in (overrides or {}).items():
+        key = tuple(dotted.split("."))
+        _put(data, key, value)
+        sources[key] = f"command-line option --{dotted.split('.')[-1].replace('_', '-')}"
+    return _validate(data, path, sources)
+
+
+def _put(data: dict[str, Any], key: tuple[str, ...], value: Any) -> None:
+    node = data
+    for part in key[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[key[-1]] = value
+
+
+def _validate(
+    data: dict[str, Any], path: Path, sources: Mapping[tuple[str, ...], str]
+) -> GatewayConfig:
+    data = dict(data)
+    profile = data.get("profile")
+    if ("profile",) not in sources and isinstance(profile, str) and not Path(profile).is_absolute():
+        data["profile"] = path.parent / profile  # a path in the file is relative to the file
+    if "tasks" in data:
+        where = sources.get(("tasks",)) or str(path)
+        if data["tasks"] is None:
+            raise ConfigError(f"{where}: invalid configuration\n  tasks: must not be empty")
+        tasks = parse_tasks({"tasks": data["tasks"]}, where)
+        data["tasks"] = tasks
+    try:
+        return GatewayConfig.model_validate(data)
+    except pydantic.ValidationError as exc:
+        raise ConfigError(_describe(path, exc, sources)) from None
+
+
+def _describe(
+    path: Path, exc: pydantic.ValidationError, sources: Mapping[tuple[str, ...], str]
+) -> str:
+    lines = [f"{path}: invalid configuration"]
+    for err in exc.errors():
+        loc = tuple(str(part) for part in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        field = ".".join(loc) or "(top level)"
+        if not loc and ": " in msg:  # a cross-field check names its own field
+            field, msg = msg.split(": ", 1)
+            loc = tuple(field.split("."))
+        origin = next(
+            (sources[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in sources), None
+        )
+        suffix = f" (from {origin})" if origin else ""
+        lines.append(f"  {field}: {msg}{suffix}")
+    return "\n".join(lines)
