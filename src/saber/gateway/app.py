@@ -1,0 +1,108 @@
+"""The FastAPI application: routes, the gateway's lifecycle, OpenAI-style errors."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.errors import error_body
+from saber.gateway.routes import completion, router
+from saber.gateway.settings import GatewaySettings
+from saber.gateway.state import Gateway
+from saber.gateway.tasks import Endpoint
+
+log = logging.getLogger(GATEWAY_LOGGER)
+
+
+def create_app(
+    settings: GatewaySettings,
+    *,
+    trace: bool = False,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> GatewayApp:
+    """A gateway app for ``settings``. ``trace`` records every scheduler call
+    (``app.state.gateway.admission.trace``) so a test can replay it; ``transport``
+    replaces the upstream connection (tests)."""
+    gateway = Gateway(settings, trace=trace, transport=transport)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    api = FastAPI(
+        title="saber-gateway",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    api.state.gateway = gateway
+    api.include_router(router)
+    api.add_exception_handler(HTTPException, _http_error)
+    api.add_exception_handler(RequestValidationError, _validation_error)
+    api.add_exception_handler(Exception, _unexpected)
+    return GatewayApp(api, gateway)
+
+
+class GatewayApp:
+    """The ASGI app uvicorn serves.
+
+    The two relayed routes go straight to their handler; everything else, and the
+    lifespan, goes through FastAPI. FastAPI's middleware, routing and dependency
+    layers cost about a third of the gateway's own time per request
+    (bench/overhead.py), which every relayed request would pay; the handler is
+    the same one FastAPI's routes call.
+    """
+
+    HOT: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+    def __init__(self, api: FastAPI, gateway: Gateway) -> None:
+        self.api = api
+        self.gateway = gateway
+        self.state = api.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = self.HOT.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if endpoint is None or scope["method"] != "POST":
+            await self.api(scope, receive, send)
+            return
+        try:
+            response = await completion(self.gateway, Request(scope, receive), endpoint)
+        except Exception as exc:
+            response = await _unexpected(Request(scope), exc)
+        await response(scope, receive, send)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    body = error_body(str(exc.detail), status=exc.status_code, code=_code(exc.status_code))
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:  # pragma: no cover
+    return JSONResponse(error_body(str(exc), status=400), status_code=400)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.error("unhandled error", exc_info=exc)
+    return JSONResponse(
+        error_body(f"internal error: {type(exc).__name__}", status=500, code="internal_error"),
+        status_code=500,
+    )
+
+
+def _code(status: int) -> str:
+    return {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")

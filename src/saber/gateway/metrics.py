@@ -1,0 +1,215 @@
+"""Prometheus metrics, in a private registry per app.
+
+Names follow Prometheus conventions: a ``saber_`` prefix, base units in the
+name (seconds, tokens per second), ``_total`` on counters. Gauges that mirror
+the scheduler's state are read at scrape time, so they can never drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from saber.gateway.outcomes import Outcome
+from saber.scheduler import Action, Decision, Scheduler, Tier
+
+BACKEND_ERROR_KINDS = (
+    "connect",
+    "timeout",
+    "reset",
+    "status_4xx",
+    "status_5xx",
+    "stream_broken",
+    "stream_timeout",
+    "stream_error",
+    "bad_response",
+)
+
+_SECONDS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    8.0,
+    12.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+)
+_SPEED = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000, 5000)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSeries:
+    """One task type's series (prometheus_client children)."""
+
+    outcomes: dict[Outcome, Any]
+    admissions: dict[Tier, Any]
+    sla_within: Any
+    sla_outside: Any
+    queue_wait: Any
+    ttft: Any
+    latency: Any
+    speed: Any
+    demotions: Any
+    tokens: Any
+
+
+class GatewayMetrics:
+    """Every metric the gateway exports; ``registry`` is what /metrics serves."""
+
+    def __init__(self, tasks: Iterable[str]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "saber_requests",
+            "Requests by task type and how they left the gateway.",
+            ["task", "outcome"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "saber_queue_wait_seconds",
+            "Time from arrival to admission (or leaving the queue).",
+            ["task"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "saber_time_to_first_token_seconds",
+            "Time from arrival to the first generated token (streams).",
+            ["task"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "saber_request_duration_seconds",
+            "End-to-end latency of served requests, queueing included.",
+            ["task"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.sla = Counter(
+            "saber_sla_requests",
+            "Served requests that finished within or outside their task's SLA.",
+            ["task", "sla"],
+            registry=r,
+        )
+        self.admissions = Counter(
+            "saber_admissions",
+            "Requests admitted to the backend, by the queue tier they left.",
+            ["task", "tier"],
+            registry=r,
+        )
+        self.demotions = Counter(
+            "saber_demotions",
+            "Requests demoted to the low-priority queue (deadline out of reach).",
+            ["task"],
+            registry=r,
+        )
+        self.speed = Histogram(
+            "saber_request_speed_tokens_per_second",
+            "Observed per-request generation speed: tokens / time since admission.",
+            ["task"],
+            buckets=_SPEED,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "saber_generated_tokens",
+            "Tokens generated for clients.",
+            ["task"],
+            registry=r,
+        )
+        self.backend_errors = Counter(
+            "saber_backend_errors",
+            "Backend failures by kind.",
+            ["kind"],
+            registry=r,
+        )
+        for kind in BACKEND_ERROR_KINDS:
+            self.backend_errors.labels(kind)
+        self._tasks: dict[str, TaskSeries] = {}
+        for task in tasks:
+            self.add_task(task)
+
+    def add_task(self, task: str) -> TaskSeries:
+        """Create every series of a task at zero, so dashboards see it from the start."""
+        series = self._tasks.get(task)
+        if series is None:
+            series = self._tasks[task] = TaskSeries(
+                outcomes={o: self.requests.labels(task, o.value) for o in Outcome},
+                admissions={t: self.admissions.labels(task, t.value) for t in Tier},
+                sla_within=self.sla.labels(task, "within"),
+                sla_outside=self.sla.labels(task, "outside"),
+                queue_wait=self.queue_wait.labels(task),
+                ttft=self.ttft.labels(task),
+                latency=self.latency.labels(task),
+                speed=self.speed.labels(task),
+                demotions=self.demotions.labels(task),
+                tokens=self.tokens.labels(task),
+            )
+        return series
+
+    def task(self, name: str) -> TaskSeries:
+        """The task's series, looked up once: ``labels()`` is not free on a hot path."""
+        return self._tasks.get(name) or self.add_task(name)
+
+    def on_decision(self, d: Decision) -> None:
+        """Counts admissions and demotions as the scheduler decides them."""
+        if d.action is Action.ADMIT:
+            self.task(d.request.task).admissions[d.tier].inc()
+        elif d.action is Action.DEMOTE:
+            self.task(d.request.task).demotions.inc()
+
+    def watch(self, scheduler: Callable[[], Scheduler | None], tasks: Iterable[str]) -> None:
+        """Export the scheduler's live state (queues, load, predicted speed)."""
+        self.registry.register(_SchedulerCollector(scheduler, list(tasks)))
+
+
+class _SchedulerCollector(Collector):
+    def __init__(self, scheduler: Callable[[], Scheduler | None], tasks: list[str]) -> None:
+        self._scheduler = scheduler
+        self._tasks = tasks
+
+    def describe(self) -> list[Metric]:
+        return list(self._families(None))
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families(self._scheduler())
+
+    def _families(self, s: Scheduler | None) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "saber_queue_depth",
+            "Requests waiting, by task type and queue tier.",
+            labels=["task", "tier"],
+        )
+        in_flight = GaugeMetricFamily(
+            "saber_requests_in_flight", "Requests admitted and running at the backend (the load L)."
+        )
+        predicted = GaugeMetricFamily(
+            "saber_predicted_speed_tokens_per_second",
+            "Per-request speed f(L) the profile predicts at the current load and at one more.",
+            labels=["load"],
+        )
+        if s is not None:
+            for task in self._tasks:
+                for tier in Tier:
+                    depth.add_metric([task, tier.value], s.queued(task, tier))
+            load = s.load
+            in_flight.add_metric([], load)
+            predicted.add_metric(["current"], s.predicted_speed(max(load, 1)))
+            predicted.add_metric(["next"], s.predicted_speed(load + 1))
+        yield from (depth, in_flight, predicted)

@@ -1,0 +1,61 @@
+"""What the gateway starts from: its configuration and the speed profile it found.
+
+Both are checked here, before any socket is opened, so that a wrong setting
+stops the process with a message instead of failing the first request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from saber.config import GatewayConfig, load_gateway_config
+from saber.speed import Profile, ProfileError, SpeedModel, load_profile
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    config: GatewayConfig
+    profile: Profile
+    profile_path: Path
+    profile_is_default: bool
+    """True when no profile was configured and the shipped default is in use."""
+
+    def speed_model(self) -> SpeedModel:
+        return self.profile.speed_model()
+
+
+def settings_from_config(config: GatewayConfig) -> GatewaySettings:
+    """Load the profile the config names (or the shipped default); ProfileError if bad."""
+    path = config.profile_path()
+    is_default = config.profile is None
+    try:
+        profile = load_profile(path)
+    except ProfileError as exc:
+        if is_default:
+            raise ProfileError(
+                f"{exc} (no profile is configured, so the gateway looked for the default one "
+                "shipped for saber-sim's paper preset; set 'profile' in the config, "
+                "SABER_PROFILE or --profile to a file made by saber-profile)"
+            ) from None
+        raise
+    try:
+        speed = profile.speed_model()
+        f1 = speed(1.0)
+    except ValueError as exc:  # pragma: no cover - load_profile already checks the params
+        raise ProfileError(f"{path}: unusable speed model: {exc}") from None
+    if not f1 > 0:  # pragma: no cover - every model is floored above 0
+        raise ProfileError(f"{path}: the speed model predicts f(1) = {f1}; it must be > 0")
+    return GatewaySettings(config, profile, path, is_default)
+
+
+def load_settings(
+    config_path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> GatewaySettings:
+    """Config (flags > environment > file) and profile; ConfigError or ProfileError."""
+    return settings_from_config(load_gateway_config(config_path, env=env, overrides=overrides))

@@ -1,0 +1,143 @@
+"""One gateway's live parts: scheduler, admission, upstream client, metrics."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+import httpx
+
+from saber.config import TaskType
+from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.admission import Admission
+from saber.gateway.metrics import GatewayMetrics
+from saber.gateway.outcomes import Outcome
+from saber.gateway.relay import BackendFailure, Upstream, make_client
+from saber.gateway.settings import GatewaySettings
+from saber.gateway.tasks import TaskResolver
+from saber.scheduler import Policy, Scheduler
+
+log = logging.getLogger(GATEWAY_LOGGER)
+
+
+class Gateway:
+    """Built with the app; ``start`` and ``stop`` run in the server's event loop."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        *,
+        trace: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        cfg = settings.config
+        self.settings = settings
+        self.config = cfg
+        self.tasks: dict[str, TaskType] = dict(cfg.tasks)
+        self.resolver = TaskResolver(cfg)
+        self.metrics = GatewayMetrics(self.tasks)
+        self.seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**32)
+        self.policy = Policy(
+            window_size=cfg.window_size,
+            max_concurrency=cfg.max_concurrency,
+            queue_cap=cfg.queue_cap,
+            lpq_timeout_s=cfg.lpq_timeout_s,
+        )
+        self.speed = settings.speed_model()
+        self.scheduler = Scheduler(self.speed, self.policy, seed=self.seed)
+        self.metrics.watch(lambda: self.scheduler, self.tasks)
+        self._trace = trace
+        self._transport = transport
+        self._admission: Admission | None = None
+        self._upstream: Upstream | None = None
+        self._backend_model: str | None = cfg.backend.model
+        self.started_at = time.time()
+
+    @property
+    def admission(self) -> Admission:
+        if self._admission is None:
+            raise RuntimeError("the gateway has not started")
+        return self._admission
+
+    @property
+    def upstream(self) -> Upstream:
+        if self._upstream is None:
+            raise RuntimeError("the gateway has not started")
+        return self._upstream
+
+    async def start(self) -> None:
+        self._admission = Admission(
+            self.scheduler, on_decision=self.metrics.on_decision, trace=self._trace
+        )
+        self._upstream = Upstream(
+            self.config.backend, make_client(self.config.backend, self._transport)
+        )
+        s = self.settings
+        if s.profile_is_default:
+            log.warning(
+                "no profile configured: using the default profile shipped for saber-sim's "
+                "paper preset; fit one for your backend with saber-profile",
+                extra={"profile": str(s.profile_path)},
+            )
+        log.info(
+            "saber-gateway ready",
+            extra={
+                "backend": self.config.backend.url,
+                "profile": str(s.profile_path),
+                "speed_model": s.profile.kind,
+                "f1_tokens_per_s": round(self.scheduler.max_speed, 2),
+                "tasks": sorted(self.tasks),
+                "policy": self.policy_dict(),
+                "transport": self.config.backend.transport,
+            },
+        )
+
+    async def stop(self) -> None:
+        if self._admission is not None:
+            self._admission.close()
+        if self._upstream is not None:
+            await self._upstream.aclose()
+
+    def policy_dict(self) -> dict[str, Any]:
+        p = self.policy
+        return {
+            "window_size": p.window_size,
+            "max_concurrency": p.max_concurrency,
+            "queue_cap": p.queue_cap,
+            "lpq_timeout_s": p.lpq_timeout_s,
+            "seed": self.seed,
+        }
+
+    # -- the backend's models --------------------------------------------------------
+
+    async def backend_models(self) -> list[dict[str, Any]]:
+        """The backend's GET /v1/models list; BackendFailure if it cannot be had."""
+        status, data = await self.upstream.get_json("/v1/models")
+        if status != 200 or not isinstance(data, dict) or not isinstance(data.get("data"), list):
+            kind = (
+                "status_4xx"
+                if 400 <= status < 500
+                else "status_5xx"
+                if status >= 500
+                else "bad_response"
+            )
+            raise BackendFailure(
+                Outcome.BACKEND_ERROR, kind, f"the backend's /v1/models answered {status}"
+            )
+        models = [m for m in data["data"] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        if models and self._backend_model is None:
+            self._backend_model = models[0]["id"]
+        return models
+
+    async def backend_model(self) -> str:
+        """The model an alias without one stands for: configured, else the backend's first."""
+        if self._backend_model is None:
+            models = await self.backend_models()
+            if not models:
+                raise BackendFailure(
+                    Outcome.BACKEND_ERROR, "bad_response", "the backend lists no models"
+                )
+        assert self._backend_model is not None
+        return self._backend_model

@@ -1,0 +1,47 @@
+"""GET /saber/status: what the scheduler sees right now, as JSON."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from saber.gateway.state import Gateway
+
+
+def status(gw: Gateway) -> dict[str, Any]:
+    """Queues per task and tier, the load, f(L) and f(L+1), the profile, recent decisions."""
+    now = gw.admission.now()
+    snap = gw.scheduler.snapshot(gw.tasks)
+    for d in snap["recent_decisions"]:
+        d["age_s"] = round(now - d.pop("at"), 3)
+    s = gw.settings
+    p = s.profile
+    return {
+        "gateway": {
+            "uptime_s": round(time.time() - gw.started_at, 1),
+            "backend": gw.config.backend.url,
+            "transport": gw.config.backend.transport,
+            "requests_active": gw.admission.active,
+        },
+        "load": snap["load"],
+        "predicted_speed_tokens_per_s": snap["predicted_speed"],
+        "protected_speed_tokens_per_s": snap["protected_speed"],
+        "queues": snap["queues"],
+        "policy": gw.policy_dict(),
+        "profile": {
+            "path": str(s.profile_path),
+            "default": s.profile_is_default,
+            "kind": p.kind,
+            "params": p.params,
+            "r2": p.r2,
+            "mape": p.mape,
+            "model": p.model.name,
+            "backend": p.backend.model_dump(exclude_none=True),
+            "created_at": p.created_at.isoformat(),
+        },
+        "tasks": {
+            name: {"sla_s": t.sla_s, "expected_output_tokens": t.expected_tokens}
+            for name, t in gw.tasks.items()
+        },
+        "recent_decisions": snap["recent_decisions"],
+    }

@@ -1,0 +1,92 @@
+"""/metrics parses and carries every family; one JSON log line per request."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import httpx
+import pytest
+from gateway_support import GatewayFactory
+from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
+
+from saber.gateway import Outcome, RunningGateway
+from saber.gateway.access_log import REQUEST_LOGGER, JsonFormatter
+from saber.gateway.outcomes import STATUS
+from saber.scheduler import Outcome as SchedOutcome
+from saber.sim.http import RunningSim
+
+FAMILIES = {
+    # name (as the parser reports it): type
+    "saber_requests": "counter",
+    "saber_queue_depth": "gauge",
+    "saber_queue_wait_seconds": "histogram",
+    "saber_time_to_first_token_seconds": "histogram",
+    "saber_request_duration_seconds": "histogram",
+    "saber_sla_requests": "counter",
+    "saber_admissions": "counter",
+    "saber_demotions": "counter",
+    "saber_requests_in_flight": "gauge",
+    "saber_predicted_speed_tokens_per_second": "gauge",
+    "saber_request_speed_tokens_per_second": "histogram",
+    "saber_generated_tokens": "counter",
+    "saber_backend_errors": "counter",
+}
+
+
+def test_metrics_parse_and_carry_every_family(gateway: RunningGateway, sim: RunningSim) -> None:
+    client = OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0)
+    list(client.completions.create(model=sim.model, prompt="x", max_tokens=4, stream=True))
+    client.chat.completions.create(
+        model=sim.model, messages=[{"role": "user", "content": "x"}], max_tokens=4
+    )
+    resp = httpx.get(gateway.url + "/metrics")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(resp.text)}
+    assert {name: families[name].type for name in FAMILIES if name in families} == FAMILIES
+    assert all(name.startswith("saber_") for name in families)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in families.values()
+        for s in f.samples
+    }
+    assert samples[("saber_time_to_first_token_seconds_count", (("task", "code_completion"),))] == 1
+    assert (
+        samples[("saber_sla_requests_total", (("sla", "within"), ("task", "code_generation")))] == 1
+    )
+    assert samples[("saber_admissions_total", (("task", "code_completion"), ("tier", "high")))] == 1
+    assert samples[("saber_queue_depth", (("task", "code_qna"), ("tier", "low")))] == 0
+    assert samples[
+        ("saber_predicted_speed_tokens_per_second", (("load", "next"),))
+    ] == pytest.approx(600.0)
+    outcomes = {
+        dict(labels)["outcome"] for name, labels in samples if name == "saber_requests_total"
+    }
+    assert outcomes == {o.value for o in Outcome}
+
+
+def test_outcomes_cover_the_schedulers_and_each_has_a_status() -> None:
+    assert {o.value for o in SchedOutcome} <= {o.value for o in Outcome}
+    assert set(STATUS) == set(Outcome)
+
+
+def test_one_json_log_line_per_request(
+    gateway_factory: GatewayFactory, sim: RunningSim, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = gateway_factory(sim.url, log_requests=True)
+    with caplog.at_level(logging.INFO, logger=REQUEST_LOGGER):
+        httpx.post(
+            gw.url + "/v1/completions",
+            json={"model": sim.model, "prompt": "x", "max_tokens": 6},
+            headers={"x-saber-task": "code_summary"},
+        )
+        httpx.post(gw.url + "/v1/completions", content=b"{bad")
+    records = [r for r in caplog.records if r.name == REQUEST_LOGGER]
+    assert len(records) == 2
+    lines = [json.loads(JsonFormatter().format(r)) for r in records]
+    ok, bad = lines
+    assert ok["task"] == "code_summary" and ok["task_via"] == "header"
+    assert ok["outcome"] == "served" and ok["status"] == 200 and ok["tokens"] == 6
+    assert ok["queue_ms"] >= 0 and ok["latency_ms"] > 0 and ok["sla_met"] is True
+    assert bad["outcome"] == "invalid_request" and bad["status"] == 400

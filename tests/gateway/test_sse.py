@@ -1,0 +1,121 @@
+"""SSE framing, token counting and the two usage shapes (vLLM, llama.cpp)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from saber.gateway.sse import EventSplitter, StreamMeter
+
+
+def chunk(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode()
+
+
+def chat_delta(text: str, finish: str | None = None, **extra: object) -> bytes:
+    return chunk(
+        {
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+            **extra,
+        }
+    )
+
+
+USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+VLLM_STREAM = [
+    chat_delta("a"),
+    chat_delta("b"),
+    chat_delta("c", "stop"),
+    chunk({"object": "chat.completion.chunk", "choices": [], "usage": USAGE}),
+    b"data: [DONE]",
+]
+LLAMACPP_STREAM = [
+    chunk({"choices": [{"index": 0, "text": "a", "finish_reason": None}]}),
+    chunk({"choices": [{"index": 0, "text": "b", "finish_reason": None}]}),
+    chunk({"choices": [{"index": 0, "text": "", "finish_reason": "length"}], "usage": USAGE}),
+    b"data: [DONE]",
+]
+
+
+def run(meter: StreamMeter, events: list[bytes]) -> list[bytes]:
+    out = []
+    for e in events:
+        forwarded = meter.process(e)
+        if forwarded is not None:
+            out.append(forwarded)
+    return out
+
+
+def test_vllm_usage_chunk_dropped_when_not_asked() -> None:
+    meter = StreamMeter(want_usage=False)
+    out = run(meter, VLLM_STREAM)
+    assert out == [*VLLM_STREAM[:3], b"data: [DONE]"]
+    assert meter.tokens == 3 and meter.usage_tokens == 3 and meter.done
+
+
+def test_vllm_usage_chunk_kept_when_asked() -> None:
+    meter = StreamMeter(want_usage=True)
+    assert run(meter, VLLM_STREAM) == VLLM_STREAM
+    assert meter.tokens == 3
+
+
+def test_llamacpp_usage_removed_from_last_chunk_not_the_chunk() -> None:
+    meter = StreamMeter(want_usage=False)
+    out = run(meter, LLAMACPP_STREAM)
+    assert len(out) == 4  # no chunk dropped
+    last = json.loads(out[2][len(b"data: ") :])
+    assert "usage" not in last
+    assert last["choices"][0]["finish_reason"] == "length"
+    assert meter.usage_tokens == 3 and meter.chunks == 2
+
+
+def test_llamacpp_usage_kept_when_asked() -> None:
+    meter = StreamMeter(want_usage=True)
+    assert run(meter, LLAMACPP_STREAM) == LLAMACPP_STREAM
+
+
+def test_tokens_counted_from_deltas_without_usage() -> None:
+    meter = StreamMeter(want_usage=False)
+    run(meter, [chat_delta(""), chat_delta("x"), chat_delta("y"), b"data: [DONE]"])
+    assert meter.usage_tokens is None and meter.tokens == 2 and meter.first_token
+
+
+def test_null_usage_on_every_chunk_passes_untouched() -> None:
+    event = chat_delta("x", usage=None)
+    assert StreamMeter(want_usage=False).process(event) == event
+
+
+def test_error_event_and_comments_pass_through() -> None:
+    meter = StreamMeter(want_usage=False)
+    err = chunk({"error": {"message": "boom", "type": "server_error"}})
+    assert meter.process(err) == err and meter.error["message"] == "boom"
+    assert meter.process(b": ping") == b": ping"
+    assert meter.process(b"data: not json") == b"data: not json"
+
+
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30), st.booleans())
+def test_splitter_is_independent_of_chunking(cuts: list[int], crlf: bool) -> None:
+    events = [*VLLM_STREAM, b": comment", b"event: x\ndata: {}"]
+    wire = b"".join(e + b"\n\n" for e in events)
+    if crlf:
+        wire = wire.replace(b"\n", b"\r\n")
+    splitter = EventSplitter()
+    got: list[bytes] = []
+    pos = 0
+    for n in cuts * (len(wire) // max(sum(cuts), 1) + 1):
+        if pos >= len(wire):
+            break
+        got += splitter.feed(wire[pos : pos + n])
+        pos += n
+    got += splitter.feed(wire[pos:])
+    assert got == events
+    assert splitter.flush() == b""
+
+
+def test_splitter_flush_returns_unterminated_tail() -> None:
+    s = EventSplitter()
+    assert s.feed(b"data: a\n\ndata: b") == [b"data: a"]
+    assert s.flush() == b"data: b"
