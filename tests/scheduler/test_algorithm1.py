@@ -236,3 +236,25 @@ def test_lpq_guard_keeps_best_effort_work_from_breaking_admitted_slas():
         assert admitted(s.offer(req("late", 500, 1.0), 0.0)) == expect, guard
     s.finish("tight", 0.9)
     assert admitted(s.poll(0.9)) == ["late"]
+
+
+def test_protection_heap_stays_the_size_of_the_load():
+    # A long-lived demanding request sits on top while thousands come and go.
+    s = Scheduler(usl(sigma=0.0))
+    s.offer(req("long", 90, 1000.0), 0.0)
+    for i in range(5000):
+        s.offer(req(f"r{i}", 1, 100.0), float(i))
+        s.finish(f"r{i}", float(i))
+        s.poll(float(i))
+    assert len(s._protect) <= 2 * s.load + 64
+
+
+def test_each_decision_is_recorded_once():
+    s = Scheduler(usl(), Policy(max_concurrency=1, queue_cap=1, lpq_timeout_s=1.0))
+    s.offer(req("run", 1, 100.0), 0.0)
+    s.offer(req("late", 500, 1.0), 0.0)  # demoted; expires at 1.0
+    s.offer(req("full", 1, 100.0), 0.0)  # rejected: queue full
+    s.poll(1.0)
+    recorded = [(d.action, d.request.id) for d in s.recent]
+    assert len(recorded) == len(set(recorded))
+    assert (Action.REJECT, "late") in recorded and (Action.REJECT, "full") in recorded

@@ -125,7 +125,9 @@ class Scheduler:
             raise ValueError(f"request {req.id} is already known to the scheduler")
         cap = self.policy.queue_cap
         if cap is not None and self.queued(req.task) >= cap:
-            return [self._leave_queued(req, now, Outcome.REJECTED_QUEUE_FULL), *self.poll(now)]
+            rejected = self._leave_queued(req, now, Outcome.REJECTED_QUEUE_FULL)
+            self.recent.append(rejected)
+            return [rejected, *self.poll(now)]
         self._hpq.push(req)
         heapq.heappush(self._demote_at, (self._demotion_time(req), req.id))
         return self.poll(now)
@@ -221,6 +223,11 @@ class Scheduler:
         heap = self._protect
         while heap and heap[0][1] not in self._running:
             heapq.heappop(heap)
+        if len(heap) > 2 * len(self._running) + 64:
+            # Finished entries below a long-lived top are never popped: rebuild, so a
+            # gateway that runs for weeks keeps the heap the size of its load.
+            heap[:] = [e for e in heap if e[1] in self._running]
+            heapq.heapify(heap)
         return -heap[0][0] if heap else 0.0
 
     def _start(self, req: SchedRequest, now: float, tier: Tier) -> Decision:
@@ -260,9 +267,7 @@ class Scheduler:
 
     def _leave_queued(self, req: SchedRequest, now: float, outcome: Outcome) -> Decision:
         req.outcome = outcome
-        decision = Decision(Action.REJECT, req, now, req.tier, outcome)
-        self.recent.append(decision)
-        return decision
+        return Decision(Action.REJECT, req, now, req.tier, outcome)
 
     @staticmethod
     def _peek(heap: list[tuple[float, str]], members: TaskQueues) -> float | None:
