@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 PAPER_RPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
 PAPER_BATCH_SIZES = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
@@ -62,4 +62,3 @@ class Cell:
     rps: float
     mode: str
     seed: int
-    trace_seed: int = field(default=0, compare=False)
