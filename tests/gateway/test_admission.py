@@ -96,6 +96,13 @@ async def test_admit_at_once_and_release_once() -> None:
     assert [e.call for e in adm.trace or []].count("finish") == 1
 
 
+async def test_min_tokens_raise_the_expected_tokens() -> None:
+    adm, _, _ = make()
+    assert adm.submit(task(tokens=50), 400, streaming=False).req.tokens == 50
+    assert adm.submit(task(tokens=50), 400, streaming=False, min_tokens=300).req.tokens == 300
+    assert adm.submit(task(tokens=50), 400, streaming=False, min_tokens=20).req.tokens == 50
+
+
 async def test_release_admits_the_next() -> None:
     adm, _, sched = make(max_concurrency=1)
     a = adm.submit(task(), 10, streaming=True)

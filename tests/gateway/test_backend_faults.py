@@ -147,7 +147,10 @@ def test_connection_reset_mid_stream(gateway_factory: GatewayFactory) -> None:
 
 
 def test_llamacpp_usage_shape_end_to_end(gateway_factory: GatewayFactory) -> None:
-    """llama.cpp puts usage on the finishing chunk: the chunk stays, its usage goes."""
+    """Usage on the finishing chunk (llama.cpp's completions shape), from a backend
+    whose kind is unknown (this fake answers every path with the stream, so it is
+    served as vLLM): the gateway asked for that usage, so the chunk stays and its
+    usage goes. A known llama.cpp keeps it: test_backend_kind.py."""
     seen: list[dict[str, object]] = []
     usage = {"prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10}
     wire = (

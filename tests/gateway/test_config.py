@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 
+from saber.backend import BackendKind
 from saber.config import (
     DEFAULT_CONFIG_DIR,
     DEFAULT_PROFILE_DIR,
     ENV_VARS,
+    BackendSettings,
     ConfigError,
     load_gateway_config,
 )
@@ -159,3 +162,25 @@ def test_cli_process_exits_nonzero_without_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "backend.url" in proc.stderr and str(f) in proc.stderr
+
+
+def test_backend_kind_setting() -> None:
+    assert load_gateway_config(env={}).backend.kind == "auto"
+    assert load_gateway_config(env={"SABER_BACKEND_KIND": "LlamaCpp"}).backend.kind == "llamacpp"
+    assert load_gateway_config(env={"SABER_BACKEND_KIND": "none"}).backend.kind == "auto"
+    assert load_gateway_config(env={}, overrides={"backend.kind": None}).backend.kind == "auto"
+    with pytest.raises(ConfigError, match=r"backend\.kind: .*SABER_BACKEND_KIND"):
+        load_gateway_config(env={"SABER_BACKEND_KIND": "tgi"})
+    # The setting's values are saber.backend's kinds, and auto.
+    annotation = BackendSettings.model_fields["kind"].annotation
+    assert set(typing.get_args(annotation)) == {"auto", *(k.value for k in BackendKind)}
+
+
+def test_backend_metrics_interval_setting() -> None:
+    assert load_gateway_config(env={}).backend.metrics_interval_s == 1.0
+    for off in ("0", "none"):
+        env = {"SABER_BACKEND_METRICS_INTERVAL_S": off}
+        assert not load_gateway_config(env=env).backend.metrics_interval_s
+    for bad in ("-1", "0.01", "often"):
+        with pytest.raises(ConfigError, match=r"backend\.metrics_interval_s"):
+            load_gateway_config(env={"SABER_BACKEND_METRICS_INTERVAL_S": bad})

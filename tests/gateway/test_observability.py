@@ -32,6 +32,10 @@ FAMILIES = {
     "saber_request_speed_tokens_per_second": "histogram",
     "saber_generated_tokens": "counter",
     "saber_backend_errors": "counter",
+    "saber_backend_info": "gauge",
+    "saber_backend_scrape_errors": "counter",
+    # saber_backend_requests_running/_waiting appear once the backend's /metrics
+    # has been read: test_backend_load.py
 }
 
 

@@ -6,8 +6,12 @@ import json
 
 import pytest
 
+from saber.backend import BackendKind
+from saber.gateway.dialect import DIALECTS
 from saber.gateway.errors import GatewayError
 from saber.gateway.payload import parse
+
+LLAMACPP = DIALECTS[BackendKind.LLAMACPP]
 
 
 def body(**fields: object) -> bytes:
@@ -85,3 +89,37 @@ def test_invalid_bodies_are_400_with_a_named_param(
     assert err.status == 400
     assert err.body()["error"]["param"] == param
     assert err.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_min_tokens_is_a_floor_where_the_engine_honours_it() -> None:
+    for kind in (BackendKind.VLLM, BackendKind.SIM):
+        p = parse("completions", body(prompt="x", max_tokens=400, min_tokens=300), DIALECTS[kind])
+        assert p.min_tokens == 300
+    assert parse("completions", body(prompt="x", min_tokens=300)).min_tokens == 300
+    # Never above the cap; a bad value is the backend's to refuse.
+    assert parse("chat", body(messages=[{}], max_tokens=10, min_tokens=300)).min_tokens == 10
+    for bad in ("300", -3, True, None, 2.5):
+        raw = body(prompt="x", max_tokens=100, min_tokens=bad)
+        assert parse("completions", raw).min_tokens == 0
+
+
+def test_llamacpp_ignores_min_tokens() -> None:
+    p = parse("completions", body(prompt="x", max_tokens=400, min_tokens=300), LLAMACPP)
+    assert p.min_tokens == 0
+
+
+def test_llamacpp_reads_n_predict_and_minus_one() -> None:
+    def cap(**fields: object) -> int | None:
+        return parse("completions", body(prompt="x", **fields), LLAMACPP).max_tokens
+
+    assert cap(n_predict=30, max_tokens=500) == 30  # n_predict wins
+    assert cap(n_predict=-1, max_tokens=500) is None  # -1: no cap
+    assert cap(max_tokens=-1) is None
+    assert cap(max_tokens=-1, max_completion_tokens=40) == 40
+    assert cap(max_tokens=50) == 50
+    for fields, param in (({"n_predict": -2}, "n_predict"), ({"n_predict": "9"}, "n_predict")):
+        with pytest.raises(GatewayError) as info:
+            cap(**fields)
+        assert info.value.status == 400 and info.value.param == param
+    # vLLM does not know n_predict: it passes through, unread.
+    assert parse("completions", body(prompt="x", n_predict=30, max_tokens=500)).max_tokens == 500

@@ -62,7 +62,8 @@ def test_vllm_usage_chunk_kept_when_asked() -> None:
     assert meter.tokens == 3
 
 
-def test_llamacpp_usage_removed_from_last_chunk_not_the_chunk() -> None:
+def test_usage_on_a_finishing_chunk_is_removed_where_the_gateway_asked_for_it() -> None:
+    # The kind is vLLM's (or unknown, served as vLLM): such usage is the gateway's doing.
     meter = StreamMeter(want_usage=False)
     out = run(meter, LLAMACPP_STREAM)
     assert len(out) == 4  # no chunk dropped
@@ -75,6 +76,23 @@ def test_llamacpp_usage_removed_from_last_chunk_not_the_chunk() -> None:
 def test_llamacpp_usage_kept_when_asked() -> None:
     meter = StreamMeter(want_usage=True)
     assert run(meter, LLAMACPP_STREAM) == LLAMACPP_STREAM
+
+
+def test_llamacpp_completion_usage_stays_on_its_chunk() -> None:
+    # llama.cpp's /v1/completions puts it there asked or not: the client would see it.
+    meter = StreamMeter(want_usage=False, keep_choice_usage=True)
+    assert run(meter, LLAMACPP_STREAM) == LLAMACPP_STREAM
+    assert meter.usage_tokens == 3 and meter.chunks == 2
+
+
+def test_llamacpp_chat_usage_chunk_dropped_when_not_asked() -> None:
+    # llama.cpp's chat stream: usage (and timings) in a chunk of its own, only when asked.
+    timings = {"predicted_n": 3, "predicted_per_second": 511.9}
+    usage_chunk = chunk({"choices": [], "usage": USAGE, "timings": timings})
+    stream = [*VLLM_STREAM[:3], usage_chunk, b"data: [DONE]"]
+    meter = StreamMeter(want_usage=False, keep_choice_usage=True)
+    assert run(meter, stream) == [*VLLM_STREAM[:3], b"data: [DONE]"]
+    assert meter.usage_tokens == 3
 
 
 def test_tokens_counted_from_deltas_without_usage() -> None:

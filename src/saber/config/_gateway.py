@@ -34,10 +34,13 @@ from saber.config._yaml import read_yaml
 
 ENV_PREFIX = "SABER_"
 DEFAULT_GATEWAY_CONFIG = DEFAULT_CONFIG_DIR / "gateway.yaml"
+MIN_METRICS_INTERVAL_S = 0.1
 DEFAULT_PROFILE_NAME = "saber-sim-paper.json"
 """The profile used when none is configured: the one shipped for saber-sim's paper preset."""
 
 Endpoint = Literal["chat", "completions", "any"]
+BackendKindSetting = Literal["auto", "vllm", "llamacpp", "sim"]
+"""``auto``: detected at start-up; the others are ``saber.backend.BackendKind``'s values."""
 
 
 class BackendSettings(BaseModel):
@@ -46,6 +49,14 @@ class BackendSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str = Field(default="http://127.0.0.1:8000", description="base URL, without /v1")
+    kind: BackendKindSetting = Field(
+        default="auto", description="the engine: vllm, llamacpp, sim; auto (or null): detected"
+    )
+    metrics_interval_s: float | None = Field(
+        default=1.0,
+        ge=0,
+        description="how often the backend's /metrics is read for its load; 0 or null: never",
+    )
     api_key: str | None = Field(default=None, description="sent upstream as a bearer token")
     model: str | None = Field(
         default=None, description="served model name for aliases; default: asked from /v1/models"
@@ -58,6 +69,21 @@ class BackendSettings(BaseModel):
         description="aiohttp under the httpx API (httpx-aiohttp), or httpx's own pool; "
         "see bench/upstream_client.py for why aiohttp is the default",
     )
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind(cls, kind: object) -> object:
+        """Null, like ``none`` or an empty value in the environment, means ``auto``."""
+        if isinstance(kind, str):
+            kind = kind.strip().lower()
+        return "auto" if kind in (None, "", "none", "null") else kind
+
+    @field_validator("metrics_interval_s")
+    @classmethod
+    def _interval(cls, interval: float | None) -> float | None:
+        if interval is not None and 0 < interval < MIN_METRICS_INTERVAL_S:
+            raise ValueError(f"must be 0 (off) or at least {MIN_METRICS_INTERVAL_S} s")
+        return interval
 
     @field_validator("url")
     @classmethod

@@ -96,8 +96,14 @@ class Admission:
 
     # -- events -----------------------------------------------------------------------
 
-    def submit(self, task: TaskType, max_tokens: int | None, *, streaming: bool) -> Ticket:
-        """Offer a new request. Its future resolves with ADMIT or REJECT, maybe at once."""
+    def submit(
+        self, task: TaskType, max_tokens: int | None, *, streaming: bool, min_tokens: int = 0
+    ) -> Ticket:
+        """Offer a new request. Its future resolves with ADMIT or REJECT, maybe at once.
+
+        ``min_tokens`` is what the backend will generate at the least (vLLM's
+        ``min_tokens``): the expected tokens are raised to it.
+        """
         now = self.now()
         req = SchedRequest(
             # Zero-padded, so that ids sort in arrival order when two arrive in one tick.
@@ -105,7 +111,7 @@ class Admission:
             task=task.name,
             arrival=now,
             deadline=now + task.sla_s,
-            tokens=expected_tokens(task, max_tokens),
+            tokens=max(expected_tokens(task, max_tokens), min_tokens),
         )
         ticket = Ticket(req, task, streaming, self._loop.create_future())
         self._tickets[req.id] = ticket

@@ -71,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         note = " (the shipped default)" if settings.profile_is_default else ""
         print(
-            f"saber-gateway: settings OK; backend {cfg.backend.url}; listen {cfg.host}:{cfg.port}; "
+            f"saber-gateway: settings OK; backend {cfg.backend.url} ({cfg.backend.kind}); "
+            f"listen {cfg.host}:{cfg.port}; "
             f"profile {settings.profile_path}{note}; tasks {', '.join(sorted(cfg.tasks))}"
         )
         return 0

@@ -115,7 +115,10 @@ class Exchange(Response):
         gw, call = self.gw, self.call
         self.rec.offered = time.perf_counter()
         ticket = self.ticket = gw.admission.submit(
-            call.task, call.payload.max_tokens, streaming=call.payload.stream
+            call.task,
+            call.payload.max_tokens,
+            streaming=call.payload.stream,
+            min_tokens=call.payload.min_tokens,
         )
         try:
             decision = await self._wait(out, ticket)
@@ -230,7 +233,9 @@ class Exchange(Response):
     async def _relay_stream(
         self, out: Downstream, resp: httpx.Response, ticket: Ticket, outcome_header: str
     ) -> None:
-        meter = StreamMeter(self.call.payload.want_usage)
+        meter = StreamMeter(
+            self.call.payload.want_usage, keep_choice_usage=self.call.dialect.usage_on_final_choice
+        )
         splitter = EventSplitter()
         if not out.started:
             await out.start(
@@ -276,11 +281,13 @@ class Exchange(Response):
         else:
             self._how = "finish"
         self._release(self._how)
-        await out.end()
+        # llama.cpp ends a stream after an error event without [DONE]; vLLM sends it.
+        await out.end(_DONE if meter.error is not None and not meter.done else b"")
         self.rec.end = time.perf_counter()
 
     async def _pass_error(self, out: Downstream, resp: httpx.Response) -> None:
-        """A 4xx passes through as the backend sent it; a 5xx becomes a 502."""
+        """A 4xx passes through as the backend sent it; a 503 (llama.cpp still loading
+        its model) stays a 503 with Retry-After; any other 5xx becomes a 502."""
         try:
             data = await resp.aread()
         except httpx.HTTPError as exc:
@@ -291,7 +298,13 @@ class Exchange(Response):
         self.gw.metrics.backend_errors.labels("status_4xx" if client_error else "status_5xx").inc()
         self._how = "fail"
         self._release("fail")
-        self.outcome = Outcome.BACKEND_REJECTED if client_error else Outcome.BACKEND_ERROR
+        unavailable = status == 503
+        if client_error:
+            self.outcome = Outcome.BACKEND_REJECTED
+        elif unavailable:
+            self.outcome = Outcome.BACKEND_UNAVAILABLE
+        else:
+            self.outcome = Outcome.BACKEND_ERROR
         self.rec.error = f"backend answered {status}"
         try:
             parsed = json.loads(data)
@@ -304,9 +317,11 @@ class Exchange(Response):
                 parsed.get("error", parsed) if isinstance(parsed, dict) else data[:500]
             )
             message = f"the backend answered {status}: {detail}"
-            status = status if client_error else 502
-            body = json.dumps(error_body(message, status=status, code="backend_error")).encode()
-        await self._send_whole(out, status, body, self.outcome.value)
+            status = status if client_error or unavailable else 502
+            code = self.outcome.value if unavailable else "backend_error"
+            body = json.dumps(error_body(message, status=status, code=code)).encode()
+        extra = [(b"retry-after", _retry_after(resp))] if unavailable else None
+        await self._send_whole(out, status, body, self.outcome.value, extra)
 
     async def _fail(self, out: Downstream, failure: BackendFailure) -> None:
         self.gw.metrics.backend_errors.labels(failure.kind).inc()
@@ -347,6 +362,12 @@ class Exchange(Response):
             (b"x-saber-queue-ms", f"{waited * 1000:.1f}".encode()),
             (b"x-saber-outcome", outcome.encode()),
         ]
+
+
+def _retry_after(resp: httpx.Response) -> bytes:
+    """The backend's Retry-After if it gave whole seconds, else 1."""
+    value = resp.headers.get("retry-after", "").strip()
+    return value.encode() if value.isdigit() and len(value) <= 4 else b"1"
 
 
 def _one_line(body: bytes) -> bytes:

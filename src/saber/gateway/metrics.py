@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from saber.gateway.outcomes import Outcome
 from saber.scheduler import Action, Decision, Scheduler, Tier
+
+if TYPE_CHECKING:
+    from saber.gateway.backend_watch import BackendWatch
 
 BACKEND_ERROR_KINDS = (
     "connect",
@@ -178,6 +181,10 @@ class GatewayMetrics:
         """Export the scheduler's live state (queues, load, predicted speed)."""
         self.registry.register(_SchedulerCollector(scheduler, list(tasks)))
 
+    def watch_backend(self, backend: BackendWatch) -> None:
+        """Export what the gateway knows of its backend (engine, its own load)."""
+        self.registry.register(_BackendCollector(backend))
+
 
 class _SchedulerCollector(Collector):
     def __init__(self, scheduler: Callable[[], Scheduler | None], tasks: list[str]) -> None:
@@ -213,3 +220,55 @@ class _SchedulerCollector(Collector):
             predicted.add_metric(["current"], s.predicted_speed(max(load, 1)))
             predicted.add_metric(["next"], s.predicted_speed(load + 1))
         yield from (depth, in_flight, predicted)
+
+
+class _BackendCollector(Collector):
+    """The backend's identity, and its load as last read from its /metrics.
+
+    The two load gauges are absent until the first good read, and again while the
+    last good read is older than the watch's ``stale_after`` (the backend's
+    /metrics is failing): no value rather than an old one, never NaN.
+    """
+
+    def __init__(self, backend: BackendWatch) -> None:
+        self._backend = backend
+
+    def describe(self) -> list[Metric]:
+        return list(self._families(with_samples=False))
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families(with_samples=True)
+
+    def _families(self, *, with_samples: bool) -> Iterator[Metric]:
+        b = self._backend
+        info = GaugeMetricFamily(
+            "saber_backend_info",
+            "The backend's engine (kind) and version; source says whether the kind was "
+            "configured, detected, or assumed (vllm) until detection succeeds.",
+            labels=["kind", "version", "source"],
+        )
+        errors = CounterMetricFamily(
+            "saber_backend_scrape_errors",
+            "Failed reads of the backend's /metrics (unreachable, error status, no load series).",
+        )
+        running = GaugeMetricFamily(
+            "saber_backend_requests_running",
+            "Requests the backend says it is running, whoever sent them "
+            "(vllm:num_requests_running, llamacpp:requests_processing).",
+        )
+        waiting = GaugeMetricFamily(
+            "saber_backend_requests_waiting",
+            "Requests the backend says are waiting inside it, whoever sent them "
+            "(vllm:num_requests_waiting, llamacpp:requests_deferred).",
+        )
+        if not with_samples:
+            yield from (info, errors, running, waiting)
+            return
+        info.add_metric([b.kind.value, b.version or "", b.kind_source], 1.0)
+        errors.add_metric([], float(b.scrape_errors))
+        yield from (info, errors)
+        load = b.fresh_load()
+        if load is not None:
+            running.add_metric([], load.running)
+            waiting.add_metric([], load.waiting)
+            yield from (running, waiting)

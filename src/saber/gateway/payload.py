@@ -16,6 +16,7 @@ from typing import Any
 from starlette.requests import Request
 
 from saber.config import TaskType
+from saber.gateway.dialect import VLLM, Dialect
 from saber.gateway.errors import GatewayError, invalid
 from saber.gateway.outcomes import Outcome
 from saber.gateway.tasks import Endpoint, Via
@@ -31,6 +32,7 @@ class Payload:
     want_usage: bool  # the client asked for stream_options.include_usage
     max_tokens: int | None
     model: str | None
+    min_tokens: int = 0  # generated at the least (0 where the backend ignores min_tokens)
 
     def upstream_body(self, model: str | None) -> bytes:
         """The body to relay: the client's, with the real model name and, for a
@@ -59,6 +61,7 @@ class Call:
     task: TaskType
     via: Via
     received: float  # perf_counter when the route began
+    dialect: Dialect  # the backend's, when the request arrived
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -85,8 +88,11 @@ def _too_large(limit: int) -> GatewayError:
     )
 
 
-def parse(endpoint: Endpoint, raw: bytes) -> Payload:
-    """Check a completion request's body; a GatewayError (400) says what is wrong."""
+def parse(endpoint: Endpoint, raw: bytes, dialect: Dialect = VLLM) -> Payload:
+    """Check a completion request's body; a GatewayError (400) says what is wrong.
+
+    The token cap and floor are read as ``dialect``'s engine reads them.
+    """
     if not raw.strip():
         raise invalid("the request body is empty; expected a JSON object", code="invalid_json")
     try:
@@ -117,16 +123,13 @@ def parse(endpoint: Endpoint, raw: bytes) -> Payload:
         if not isinstance(prompt, str | list):
             raise invalid("'prompt' must be a string or an array", param="prompt")
 
-    max_tokens = None
-    for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise invalid(f"'{name}' must be an integer, got {_kind(value)}", param=name)
-        if value < 0:
-            raise invalid(f"'{name}' must be >= 0, got {value}", param=name)
-        max_tokens = value if max_tokens is None else min(max_tokens, value)
+    max_tokens = _max_tokens(body, dialect)
+    min_tokens = 0
+    if dialect.honours_min_tokens:
+        value = body.get("min_tokens")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            # A bad value is the backend's to refuse; a good one is a floor.
+            min_tokens = value if max_tokens is None else min(value, max_tokens)
 
     stream = body.get("stream", False)
     if stream is None:
@@ -146,7 +149,33 @@ def parse(endpoint: Endpoint, raw: bytes) -> Payload:
         want_usage=bool(stream and options and options.get("include_usage")),
         max_tokens=max_tokens,
         model=model,
+        min_tokens=min_tokens,
     )
+
+
+def _max_tokens(body: dict[str, Any], dialect: Dialect) -> int | None:
+    """The cap on generated tokens, None for none."""
+    names: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
+    if dialect.reads_n_predict:
+        names += ("n_predict",)
+    caps: dict[str, int | None] = {}
+    for name in names:
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise invalid(f"'{name}' must be an integer, got {_kind(value)}", param=name)
+        if value == -1 and dialect.reads_n_predict:
+            caps[name] = None  # llama.cpp: no cap
+            continue
+        if value < 0:
+            least = -1 if dialect.reads_n_predict else 0
+            raise invalid(f"'{name}' must be >= {least}, got {value}", param=name)
+        caps[name] = value
+    if "n_predict" in caps:  # llama.cpp: n_predict wins over the OpenAI names
+        return caps["n_predict"]
+    given = [cap for cap in caps.values() if cap is not None]
+    return min(given) if given else None
 
 
 def _kind(value: object) -> str:

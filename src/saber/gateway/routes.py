@@ -49,7 +49,8 @@ async def completion(gw: Gateway, request: Request, endpoint: Endpoint) -> Respo
         if header is not None:
             task_name = gw.resolver.task_for_header(header).name  # fail before reading the body
         raw = await payloads.read_body(request, gw.config.max_body_bytes)
-        payload = payloads.parse(endpoint, raw)
+        dialect = gw.dialect
+        payload = payloads.parse(endpoint, raw, dialect)
         res = gw.resolver.resolve(
             endpoint, header=header, model=payload.model, max_tokens=payload.max_tokens
         )
@@ -66,7 +67,9 @@ async def completion(gw: Gateway, request: Request, endpoint: Endpoint) -> Respo
         return _refuse(gw, GatewayError(failure.outcome, failure.message), task_name, endpoint)
     except GatewayError as err:
         return _refuse(gw, err, task_name, endpoint)
-    call = Call(endpoint, payload, body, request.scope["headers"], res.task, res.via, received)
+    call = Call(
+        endpoint, payload, body, request.scope["headers"], res.task, res.via, received, dialect
+    )
     return Exchange(gw, call)
 
 
@@ -138,7 +141,8 @@ async def models(request: Request) -> Response:
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    """200 when the backend answers, 503 when it does not; the gateway is up either way."""
+    """200 when the backend answers its /health, 503 when it does not or answers 5xx;
+    the gateway is up either way."""
     gw = _gateway(request)
     backend: dict[str, Any] = {"url": gw.config.backend.url}
     try:
@@ -146,9 +150,11 @@ async def health(request: Request) -> Response:
         backend.update(reachable=True, status_code=code)
     except BackendFailure as failure:
         backend.update(reachable=False, error=failure.message)
-    ok = backend["reachable"]
+    # A backend that answers 5xx is up but not serving (llama.cpp: still loading).
+    ok = backend["reachable"] and backend["status_code"] < 500
+    unwell = "backend_unhealthy" if backend["reachable"] else "backend_unreachable"
     body = {
-        "status": "ok" if ok else "backend_unreachable",
+        "status": "ok" if ok else unwell,
         "gateway": "ok",
         "backend": backend,
         "in_flight": gw.scheduler.load,

@@ -2,10 +2,13 @@
 
 The gateway always asks the backend for usage (``stream_options.include_usage``)
 so that it can count tokens exactly. Two shapes arrive: vLLM sends a separate
-chunk with empty ``choices``; llama.cpp puts ``usage`` on the last chunk, the one
-with ``finish_reason``. If the client did not ask for usage, the first shape is
-dropped and the second loses its ``usage`` field, so the client sees what it
-would have seen without the gateway.
+chunk with empty ``choices`` (so does llama.cpp for chat); llama.cpp's
+``/v1/completions`` puts ``usage`` on the last chunk, the one with
+``finish_reason``, whether asked or not. If the client did not ask for usage, the
+separate chunk is dropped, and usage on a chunk with choices is removed unless
+the engine puts it there by itself (``keep_choice_usage``, llama.cpp), so the
+client sees what it would have seen without the gateway. Non-streaming answers
+carry ``usage`` in both engines and pass as they are.
 """
 
 from __future__ import annotations
@@ -54,10 +57,19 @@ def _data(event: bytes) -> bytes | None:
 class StreamMeter:
     """Counts tokens and finds the first one, rewriting usage for the client."""
 
-    __slots__ = ("chunks", "done", "error", "first_token", "usage_tokens", "want_usage")
+    __slots__ = (
+        "chunks",
+        "done",
+        "error",
+        "first_token",
+        "keep_choice_usage",
+        "usage_tokens",
+        "want_usage",
+    )
 
-    def __init__(self, want_usage: bool) -> None:
+    def __init__(self, want_usage: bool, keep_choice_usage: bool = False) -> None:
         self.want_usage = want_usage
+        self.keep_choice_usage = keep_choice_usage
         self.chunks = 0  # choices that carried generated text
         self.usage_tokens: int | None = None
         self.first_token = False
@@ -101,8 +113,10 @@ class StreamMeter:
         if self.want_usage:
             return event
         if not choices:
-            return None  # vLLM's separate usage chunk
-        del obj["usage"]  # llama.cpp's usage on the finishing chunk
+            return None  # the separate usage chunk, which the gateway asked for
+        if self.keep_choice_usage:
+            return event  # llama.cpp's, on the finishing chunk: it is always there
+        del obj["usage"]
         return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 

@@ -12,6 +12,8 @@ import httpx
 from saber.config import TaskType
 from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.gateway.admission import Admission
+from saber.gateway.backend_watch import BackendWatch, control_client
+from saber.gateway.dialect import Dialect
 from saber.gateway.metrics import GatewayMetrics
 from saber.gateway.outcomes import Outcome
 from saber.gateway.relay import BackendFailure, Upstream, make_client
@@ -48,6 +50,8 @@ class Gateway:
         self.speed = settings.speed_model()
         self.scheduler = Scheduler(self.speed, self.policy, seed=self.seed)
         self.metrics.watch(lambda: self.scheduler, self.tasks)
+        self.backend = BackendWatch(cfg.backend)
+        self.metrics.watch_backend(self.backend)
         self._trace = trace
         self._transport = transport
         self._admission: Admission | None = None
@@ -67,6 +71,11 @@ class Gateway:
             raise RuntimeError("the gateway has not started")
         return self._upstream
 
+    @property
+    def dialect(self) -> Dialect:
+        """How the backend's engine reads requests (vLLM's until it is known)."""
+        return self.backend.dialect
+
     async def start(self) -> None:
         self._admission = Admission(
             self.scheduler, on_decision=self.metrics.on_decision, trace=self._trace
@@ -74,6 +83,7 @@ class Gateway:
         self._upstream = Upstream(
             self.config.backend, make_client(self.config.backend, self._transport)
         )
+        await self.backend.start(control_client(self.config.backend, self._transport))
         s = self.settings
         if s.profile_is_default:
             log.warning(
@@ -85,6 +95,8 @@ class Gateway:
             "saber-gateway ready",
             extra={
                 "backend": self.config.backend.url,
+                "backend_kind": self.backend.kind.value,
+                "kind_source": self.backend.kind_source,
                 "profile": str(s.profile_path),
                 "speed_model": s.profile.kind,
                 "f1_tokens_per_s": round(self.scheduler.max_speed, 2),
@@ -95,6 +107,7 @@ class Gateway:
         )
 
     async def stop(self) -> None:
+        await self.backend.stop()
         if self._admission is not None:
             self._admission.close()
         if self._upstream is not None:

@@ -23,6 +23,7 @@ def status(gw: Gateway) -> dict[str, Any]:
             "transport": gw.config.backend.transport,
             "requests_active": gw.admission.active,
         },
+        "backend": _backend(gw, snap["load"]),
         "load": snap["load"],
         "predicted_speed_tokens_per_s": snap["predicted_speed"],
         "protected_speed_tokens_per_s": snap["protected_speed"],
@@ -44,4 +45,25 @@ def status(gw: Gateway) -> dict[str, Any]:
             for name, t in gw.tasks.items()
         },
         "recent_decisions": snap["recent_decisions"],
+    }
+
+
+def _backend(gw: Gateway, in_flight: int) -> dict[str, Any]:
+    """The engine, and its own count of requests next to the gateway's: running
+    above ``gateway_in_flight`` is traffic that bypasses the gateway."""
+    b = gw.backend
+    age = b.scraped_age_s()
+    return {
+        "url": b.url,
+        "kind": b.kind.value,
+        "kind_source": b.kind_source,
+        "version": b.version,
+        "models": b.models,
+        "running": None if b.load is None else b.load.running,
+        "waiting": None if b.load is None else b.load.waiting,
+        "scraped_age_s": None if age is None else round(age, 3),
+        "metrics_interval_s": b.interval or None,
+        "scrape_errors": b.scrape_errors,
+        "last_scrape_error": b.last_error,
+        "gateway_in_flight": in_flight,
     }

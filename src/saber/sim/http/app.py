@@ -101,7 +101,9 @@ def create_app(settings: SimSettings | None = None) -> FastAPI:
 
     @app.get("/version")
     async def version() -> dict[str, str]:
-        return {"version": __version__}
+        # vLLM's shape, plus a field vLLM does not send, so that clients (the
+        # gateway's backend detection) can tell saber-sim from vLLM.
+        return {"version": __version__, "engine": "saber-sim"}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -1,0 +1,29 @@
+"""The inference engine behind saber: which one it is, and how busy it is.
+
+Shared by the gateway and saber-profile; imports nothing else from saber.
+
+- ``detect_kind`` / ``describe``: vLLM, llama.cpp's llama-server or saber-sim,
+  with its version and models (the probe order is in ``_detect``'s docstring);
+- ``fetch_load`` / ``parse_load``: the requests it is running and holding back,
+  from its own ``/metrics``, whoever sent them.
+
+Every ``base_url`` is the server's root, without ``/v1``; the ``httpx`` client
+passed in carries the backend's auth header, if it needs one.
+"""
+
+from saber.backend._detect import SIM_ENGINE, describe, detect_kind
+from saber.backend._kind import BackendError, BackendInfo, BackendKind
+from saber.backend._load import LOAD_METRICS, BackendLoad, fetch_load, parse_load
+
+__all__ = [
+    "LOAD_METRICS",
+    "SIM_ENGINE",
+    "BackendError",
+    "BackendInfo",
+    "BackendKind",
+    "BackendLoad",
+    "describe",
+    "detect_kind",
+    "fetch_load",
+    "parse_load",
+]
