@@ -4,7 +4,8 @@
 
 Prints, for the same traces, the best static B against SABER with window 8 and 32,
 and for SABER how many requests were infeasible on arrival (tokens/SLA > f(1))
-against how many were demoted after waiting, with their mean HPQ wait.
+against how many were demoted after waiting, with their mean HPQ wait; then the
+same for each protection rule beyond the paper (Policy.protection), window 8.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ def main() -> None:
         for s in range(args.seeds)
     ]
 
-    def saber(trace, window: int):
-        sched = Scheduler(model, Policy(window_size=window, max_concurrency=256), seed=0)
+    def saber(trace, window: int, protection: str = "frozen"):
+        policy = Policy(window_size=window, max_concurrency=256, protection=protection)
+        sched = Scheduler(model, policy, seed=0)
         engine = Engine(preset, max_num_seqs=256)
         return simulate(trace, engine, slas=slas, scheduler=sched)
 
@@ -57,22 +59,31 @@ def main() -> None:
         print(
             f"SABER window {w}: goodput {100 * statistics.fmean(r.goodput() for r in results):.1f}%"
         )
-    infeasible = demoted = 0
-    waits = []
-    for trace, result in zip(traces, runs[8], strict=True):
-        hopeless = {r.id for r in trace if r.max_tokens / slas[r.task] > f1}
-        infeasible += len(hopeless)
-        for rec in result.records:
-            if rec.demoted and rec.id not in hopeless:
-                demoted += 1
-            if rec.admitted_at is not None and not rec.demoted:
-                waits.append(rec.admitted_at - rec.arrival)
-    n = 100 * args.seeds
-    print(
-        f"per 100 requests: {100 * infeasible / n:.1f} infeasible on arrival, "
-        f"{100 * demoted / n:.1f} demoted after waiting"
-    )
-    print(f"mean HPQ wait of requests admitted from the HPQ: {statistics.fmean(waits):.2f} s")
+
+    def demotions(results) -> None:
+        infeasible = demoted = 0
+        waits = []
+        for trace, result in zip(traces, results, strict=True):
+            hopeless = {r.id for r in trace if r.max_tokens / slas[r.task] > f1}
+            infeasible += len(hopeless)
+            for rec in result.records:
+                if rec.demoted and rec.id not in hopeless:
+                    demoted += 1
+                if rec.admitted_at is not None and not rec.demoted:
+                    waits.append(rec.admitted_at - rec.arrival)
+        n = 100 * args.seeds
+        print(
+            f"  per 100 requests: {100 * infeasible / n:.1f} infeasible on arrival, "
+            f"{100 * demoted / n:.1f} demoted after waiting"
+        )
+        print(f"  mean HPQ wait of requests admitted from the HPQ: {statistics.fmean(waits):.2f} s")
+
+    demotions(runs[8])
+    for protection in ("progress", "value"):
+        results = [saber(t, 8, protection) for t in traces]
+        mean = statistics.fmean(r.goodput() for r in results)
+        print(f"SABER window 8, protection={protection}: goodput {100 * mean:.1f}%")
+        demotions(results)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from saber.bench import Cell, CellResult, RunStats, Sweep, profile_engine, summarize_cells
+from saber.bench._grid import VARIANTS, parse_variant
 from saber.bench._summary import cv, summarize_workloads
 from saber.bench.cli import main
 from saber.config import load_tasks, load_workloads
@@ -85,10 +86,62 @@ def test_cli_json_rows(capsys, tmp_path):
         for key in (
             "best_static_b", "best_static_goodput", "saber_goodput", "saber_cv", "static_cv",
             "saber_usl_goodput", "saber_linear_goodput", "saber_logistic_goodput",
-            "saber_usl_lpq_guard_goodput",
+            "saber_usl_lpq_guard_goodput", "saber_usl_progress_goodput",
+            "saber_usl_value_goodput", "saber_usl_value_ratio_mean",
         ):  # fmt: skip
             assert key in row
         assert row["best_static_b"] in (10, 50)
         assert 0 <= row["saber_goodput"] <= 100
-    assert (tmp_path / "results.md").read_text().startswith("### oracle mode")
+    text = (tmp_path / "results.md").read_text()
+    assert text.startswith("### oracle mode")
+    # Every variant is summarized against the best static B, faithful SABER first.
+    table = text[text.index("SABER variants against the best static B") :]
+    rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| usl")]
+    assert rows[:3] == ["| usl", "| usl+lpq_guard", "| usl+progress"] and "| usl+value" in rows
     assert (tmp_path / "fig1_heatmap_oracle.png").stat().st_size > 1000
+
+
+def test_variants_report_the_faithful_algorithm_and_each_option():
+    assert VARIANTS[0] == "usl" and {"usl+progress", "usl+value"} <= set(VARIANTS)
+    assert parse_variant("usl") == ("usl", {})
+    assert parse_variant("usl+value+lpq_guard") == (
+        "usl",
+        {"protection": "value", "lpq_guard": True},
+    )
+    with pytest.raises(ValueError, match="unknown option"):
+        parse_variant("usl+telepathy")
+
+
+def test_summary_per_variant_uses_that_variants_goodput():
+    cells = [
+        CellResult(
+            Cell("W1", rps, "oracle", 0),
+            {
+                "static:10": stats(0.5, [1.0]),
+                "saber:usl": stats(0.4, [1.0, 2.0]),
+                "saber:usl+value": stats(0.7, [1.0, 1.0]),
+            },
+        )
+        for rps in (2.0, 5.0)
+    ]
+    rows = summarize_cells(cells)
+    (faithful,) = summarize_workloads(rows)
+    (value,) = summarize_workloads(rows, "usl+value")
+    assert faithful.min_diff_rps_ge_5 == pytest.approx(-10.0)
+    assert value.variant == "usl+value" and value.mean_diff == pytest.approx(20.0)
+    assert rows[0].variant_ratio_mean["usl+value"] == pytest.approx(1.0)
+
+
+def test_held_out_seeds_give_other_traces(capsys):
+    def goodput(seed_base: int) -> float:
+        main(
+            [
+                "sim", "--workloads", "W3", "--rps", "10", "--batch-sizes", "50",
+                "--modes", "oracle", "--variants", "usl", "--seeds", "1", "--requests", "40",
+                "--jobs", "1", "--format", "json", "--no-progress", "--seed-base", str(seed_base),
+            ]
+        )  # fmt: skip
+        (row,) = json.loads(capsys.readouterr().out)
+        return row["static"]["50"]
+
+    assert goodput(1000) == goodput(1000) != goodput(5000)

@@ -1,5 +1,6 @@
 """Random event sequences: nothing is lost, nothing is admitted twice, the load
-stays within [0, cap], and every running request is released exactly once."""
+stays within [0, cap], and every running request is released exactly once. The
+machine runs once per protection rule (the paper's, and the options beyond it)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from saber.scheduler import Action, Outcome, Policy, SchedRequest, Scheduler
+from saber.scheduler import Action, Outcome, Policy, SchedRequest, Scheduler, Tier
 
 TASKS = ["qna", "gen", "sum"]
 
 
 class SchedulerMachine(RuleBasedStateMachine):
+    protection = "frozen"
+
     @initialize(
         cap=st.one_of(st.none(), st.integers(1, 6)),
         window=st.integers(1, 5),
@@ -28,6 +31,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             max_concurrency=cap,
             queue_cap=queue_cap,
             lpq_timeout_s=lpq_timeout,
+            protection=self.protection,
         )
         self.s = Scheduler(lambda load: 100.0 / (1 + sigma * (load - 1)), policy, seed=seed)
         self.now = 0.0
@@ -38,11 +42,19 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.ended: dict[str, Outcome] = {}
 
     def apply(self, decisions):
+        # The load each admission brought the scheduler to: admissions only add load
+        # within one call, so count back from the load after it.
+        load = self.s.load - sum(d.action is Action.ADMIT for d in decisions)
         for d in decisions:
             rid = d.request.id
             assert rid in self.offered
             assert rid not in self.ended, f"{rid} acted on after it left"
             if d.action is Action.ADMIT:
+                load += 1
+                if d.tier is Tier.HIGH:
+                    # Whatever the protection rule, an HPQ admission meets the
+                    # admitted request's own required speed (line 10, first half).
+                    assert d.request.required_speed <= self.s.predicted_speed(load) + 1e-9
                 self.admits[rid] = self.admits.get(rid, 0) + 1
                 self.running.add(rid)
             elif d.action is Action.REJECT:
@@ -140,5 +152,18 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert self.s.queued() > 0
 
 
+class ProgressMachine(SchedulerMachine):
+    protection = "progress"
+
+
+class ValueMachine(SchedulerMachine):
+    protection = "value"
+
+
+_SETTINGS = settings(max_examples=150, stateful_step_count=60, deadline=None)
 TestSchedulerMachine = SchedulerMachine.TestCase
-TestSchedulerMachine.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+TestSchedulerMachine.settings = _SETTINGS
+TestProgressMachine = ProgressMachine.TestCase
+TestProgressMachine.settings = _SETTINGS
+TestValueMachine = ValueMachine.TestCase
+TestValueMachine.settings = _SETTINGS

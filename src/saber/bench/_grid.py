@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 PAPER_RPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
 PAPER_BATCH_SIZES = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
-# SABER variants: a speed model, optionally "+" a beyond-the-paper policy option.
-VARIANTS = ("usl", "linear", "logistic", "usl+lpq_guard")
+# SABER variants: a speed model, then any "+option" beyond the paper.
+VARIANTS = ("usl", "linear", "logistic", "usl+lpq_guard", "usl+progress", "usl+value")
+# Each option, as the Policy fields it sets.
+OPTIONS: dict[str, dict[str, Any]] = {
+    "lpq_guard": {"lpq_guard": True},
+    "progress": {"protection": "progress"},
+    "value": {"protection": "value"},
+}
+
+
+def parse_variant(variant: str) -> tuple[str, dict[str, Any]]:
+    """``"usl+value+lpq_guard"`` -> ("usl", the Policy fields its options set)."""
+    kind, *options = variant.split("+")
+    fields: dict[str, Any] = {}
+    for option in options:
+        if option not in OPTIONS:
+            raise ValueError(f"unknown option {option!r} in variant {variant!r}")
+        fields.update(OPTIONS[option])
+    return kind, fields
 
 
 @dataclass(frozen=True)
@@ -32,6 +50,8 @@ class Sweep:
     window_size: int = 8
     saber_max_num_seqs: int = 256
     profile_points: int = 1000
+    # Trace seeds are seed_base + 0..seeds-1: another base gives held-out traces.
+    seed_base: int = 1000
 
     @classmethod
     def quick(cls) -> Sweep:

@@ -41,7 +41,7 @@ def markdown(rows: Sequence[Row], summaries: Sequence[WorkloadSummary]) -> str:
             "| CV across RPS, SABER | CV across RPS, best static | best-B counts |"
         )
         out.append("|---|---|---|---|---|---|---|")
-        for s in (s for s in summaries if s.mode == mode):
+        for s in (s for s in summaries if s.mode == mode and s.variant == "usl"):
             counts = ", ".join(f"{b}:{n}" for b, n in s.best_b_counts.items())
             out.append(
                 f"| {s.workload} | {s.mean_diff:+.1f} | {s.min_diff_rps_ge_5:+.1f} | "
@@ -49,7 +49,35 @@ def markdown(rows: Sequence[Row], summaries: Sequence[WorkloadSummary]) -> str:
                 f"{_f(100 * s.static_cv)}% | {counts} |"
             )
         out.append("")
+        out.extend(_variant_table([s for s in summaries if s.mode == mode], variants))
     return "\n".join(out)
+
+
+def _variant_table(summaries: Sequence[WorkloadSummary], variants: Sequence[str]) -> list[str]:
+    """Every variant against the best static B: mean and worst diff, diff at max RPS, CV."""
+    workloads = sorted({s.workload for s in summaries})
+    by = {(s.variant, s.workload): s for s in summaries}
+    if not any((v, w) in by for v in variants if v != "usl" for w in workloads):
+        return []
+    slash = "/".join(workloads)
+    out = [
+        f"SABER variants against the best static B ({slash}):\n",
+        f"| variant | mean diff ({slash}) | min diff at RPS >= 5 | diff at max RPS "
+        f"| CV across RPS |",
+        "|---|---|---|---|---|",
+    ]
+    for v in variants:
+        mine = [by[(v, w)] for w in workloads if (v, w) in by]
+        if not mine:
+            continue
+        out.append(
+            f"| {v} | {' / '.join(f'{s.mean_diff:+.1f}' for s in mine)} "
+            f"| {' / '.join(f'{s.min_diff_rps_ge_5:+.1f}' for s in mine)} "
+            f"| {' / '.join(f'{s.diff_at_max_rps:+.1f}' for s in mine)} "
+            f"| {' / '.join(f'{_f(100 * s.saber_cv)}%' for s in mine)} |"
+        )
+    out.append("")
+    return out
 
 
 def to_json(rows: Sequence[Row]) -> str:

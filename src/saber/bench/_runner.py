@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from saber.bench._grid import Cell, Sweep
+from saber.bench._grid import Cell, Sweep, parse_variant
 from saber.config import TaskType, Workload
 from saber.engine import Engine, get_preset
 from saber.scheduler import Policy, Scheduler, expected_tokens
@@ -71,7 +71,7 @@ def run_cell(
         tasks,
         rps=cell.rps,
         n=sweep.requests,
-        seed=1000 + cell.seed,
+        seed=sweep.seed_base + cell.seed,
         mode=cell.mode,  # type: ignore[arg-type]
     )
     runs: dict[str, RunStats] = {}
@@ -79,11 +79,9 @@ def run_cell(
         runs[f"static:{b}"] = summarize(simulate(trace, Engine(preset, max_num_seqs=b), slas=slas))
     guess = estimator(cell.mode, tasks)
     for variant in sweep.variants:
-        kind, _, option = variant.partition("+")
+        kind, options = parse_variant(variant)
         policy = Policy(
-            window_size=sweep.window_size,
-            max_concurrency=sweep.saber_max_num_seqs,
-            lpq_guard=option == "lpq_guard",
+            window_size=sweep.window_size, max_concurrency=sweep.saber_max_num_seqs, **options
         )
         scheduler = Scheduler(models[kind], policy, seed=cell.seed)
         engine = Engine(preset, max_num_seqs=sweep.saber_max_num_seqs)

@@ -34,14 +34,21 @@ class Row:
     saber_ratio_std: float
     static_ratio_mean: float
     static_ratio_std: float
-    variants: dict[str, float]  # SABER goodput per speed model
+    variants: dict[str, float]  # SABER goodput per variant (speed model + options)
     static: dict[int, float]  # static goodput per B
+    variant_ratio_mean: dict[str, float]  # mean completion-time/SLA per variant
+    variant_ratio_std: dict[str, float]
 
     def to_json(self) -> dict:
         out = asdict(self)
         out.pop("variants")
+        out.pop("variant_ratio_mean")
+        out.pop("variant_ratio_std")
         for kind, g in self.variants.items():
-            out[f"saber_{kind.replace('+', '_')}_goodput"] = g
+            name = f"saber_{kind.replace('+', '_')}"
+            out[f"{name}_goodput"] = g
+            out[f"{name}_ratio_mean"] = self.variant_ratio_mean[kind]
+            out[f"{name}_ratio_std"] = self.variant_ratio_std[kind]
         out["static"] = {str(b): g for b, g in self.static.items()}
         return out
 
@@ -65,6 +72,7 @@ def summarize_cells(results: Iterable[CellResult], main_variant: str = "usl") ->
         best_b = max(static, key=lambda b: (static[b], -b))
         variants = {n.split(":")[1]: g for n, g in goodput.items() if n.startswith("saber:")}
         saber_name = f"saber:{main_variant}"
+        by_variant = {v: _ratio_stats(ratios[f"saber:{v}"]) for v in variants}
         s_mean, s_std = _ratio_stats(ratios[saber_name])
         b_mean, b_std = _ratio_stats(ratios[f"static:{best_b}"])
         rows.append(
@@ -84,6 +92,8 @@ def summarize_cells(results: Iterable[CellResult], main_variant: str = "usl") ->
                 static_ratio_std=b_std,
                 variants=variants,
                 static=static,
+                variant_ratio_mean={v: by_variant[v][0] for v in variants},
+                variant_ratio_std={v: by_variant[v][1] for v in variants},
             )
         )
     return rows
@@ -93,6 +103,7 @@ def summarize_cells(results: Iterable[CellResult], main_variant: str = "usl") ->
 class WorkloadSummary:
     workload: str
     mode: str
+    variant: str  # the SABER variant summarized
     mean_diff: float  # averaged over the whole RPS sweep
     min_diff_rps_ge_5: float
     diff_at_max_rps: float
@@ -102,14 +113,16 @@ class WorkloadSummary:
     best_b_counts: dict[int, int]
 
 
-def summarize_workloads(rows: Sequence[Row]) -> list[WorkloadSummary]:
+def summarize_workloads(rows: Sequence[Row], variant: str = "usl") -> list[WorkloadSummary]:
+    """Per (workload, mode): ``variant`` against the best static B over the RPS sweep."""
     out = []
     keys = sorted({(r.workload, r.mode) for r in rows})
     for workload, mode in keys:
         mine = sorted(
             (r for r in rows if (r.workload, r.mode) == (workload, mode)), key=lambda r: r.rps
         )
-        loaded = [r.diff for r in mine if r.rps >= 5] or [float("nan")]
+        diffs = [r.variants[variant] - r.best_static_goodput for r in mine]
+        loaded = [d for r, d in zip(mine, diffs, strict=True) if r.rps >= 5] or [float("nan")]
         counts: dict[int, int] = defaultdict(int)
         for r in mine:
             counts[r.best_static_b] += 1
@@ -117,11 +130,12 @@ def summarize_workloads(rows: Sequence[Row]) -> list[WorkloadSummary]:
             WorkloadSummary(
                 workload=workload,
                 mode=mode,
-                mean_diff=float(np.mean([r.diff for r in mine])),
+                variant=variant,
+                mean_diff=float(np.mean(diffs)),
                 min_diff_rps_ge_5=float(min(loaded)),
-                diff_at_max_rps=mine[-1].diff,
+                diff_at_max_rps=diffs[-1],
                 max_rps=mine[-1].rps,
-                saber_cv=cv(np.array([r.saber_ratio_mean for r in mine])),
+                saber_cv=cv(np.array([r.variant_ratio_mean[variant] for r in mine])),
                 static_cv=cv(np.array([r.static_ratio_mean for r in mine])),
                 best_b_counts=dict(sorted(counts.items())),
             )

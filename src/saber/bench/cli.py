@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from saber.bench._grid import VARIANTS, Sweep
+from saber.bench._grid import OPTIONS, VARIANTS, Sweep, parse_variant
 from saber.bench._offline import DEFAULT_LEVELS, fit_variants, profile_engine
 from saber.bench._plots import write_all
 from saber.bench._report import markdown, to_json
@@ -50,8 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--rps", type=_csv(float), help="e.g. 1,5,10,20 (default: the paper's)")
     sim.add_argument("--batch-sizes", type=_csv(int), help="static B values (default 10..100)")
     sim.add_argument("--modes", type=_csv(str), help="oracle,realistic (default: both)")
-    sim.add_argument("--variants", type=_csv(str), help=f"speed models (default: {VARIANTS})")
+    sim.add_argument(
+        "--variants",
+        type=_csv(str),
+        help=f"SABER variants, a speed model then any +option ({', '.join(OPTIONS)}), "
+        f"e.g. usl+value+lpq_guard (default: {','.join(VARIANTS)})",
+    )
     sim.add_argument("--seeds", type=int, help="seeds per point (default 10)")
+    sim.add_argument(
+        "--seed-base",
+        type=int,
+        help="trace seeds are BASE..BASE+seeds-1 (default 1000); another base: held-out traces",
+    )
     sim.add_argument("--requests", type=int, help="requests per run (default 100, as the paper)")
     sim.add_argument("--window-size", type=int, help="SABER's window (default 8)")
     sim.add_argument("--preset", choices=sorted(PRESETS), help="engine preset (default paper)")
@@ -86,6 +96,7 @@ def _sweep_from(args: argparse.Namespace) -> Sweep:
         "modes": args.modes,
         "variants": args.variants,
         "seeds": args.seeds,
+        "seed_base": args.seed_base,
         "requests": args.requests,
         "window_size": args.window_size,
         "preset": args.preset,
@@ -93,8 +104,14 @@ def _sweep_from(args: argparse.Namespace) -> Sweep:
     sweep = dataclasses.replace(sweep, **{k: v for k, v in overrides.items() if v is not None})
     if "usl" not in sweep.variants:
         raise SystemExit("saber-bench: --variants must include usl (SABER's default model)")
-    unknown = {v for v in sweep.variants if v.partition("+")[0] not in MODELS}
-    unknown |= {v for v in sweep.variants if v.partition("+")[2] not in ("", "lpq_guard")}
+    unknown = set()
+    for variant in sweep.variants:
+        try:
+            kind, _ = parse_variant(variant)
+        except ValueError:
+            kind = ""
+        if kind not in MODELS:
+            unknown.add(variant)
     if unknown:
         raise SystemExit(f"saber-bench: unknown variant(s): {', '.join(sorted(unknown))}")
     return sweep
@@ -120,7 +137,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         sweep, tasks, workloads, models, jobs=args.jobs, progress=not args.no_progress
     )
     rows = summarize_cells(results)
-    summaries = summarize_workloads(rows)
+    summaries = [s for v in sweep.variants for s in summarize_workloads(rows, v)]
     text = markdown(rows, summaries)
     if args.format == "json":
         print(to_json(rows))
