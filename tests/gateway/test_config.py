@@ -64,6 +64,8 @@ def test_every_env_kind(tmp_path: Path) -> None:
         "SABER_DEFAULT_TASK": "t1",
         "SABER_BACKEND_TRANSPORT": "aiohttp",
         "SABER_LOG_REQUESTS": "false",
+        "SABER_PROTECTION": "value",
+        "SABER_LPQ_GUARD": "true",
     }
     with pytest.raises(ConfigError, match=r"aliases\.fast\.task: unknown task type 'code_qna'"):
         load_gateway_config(env=env)
@@ -72,6 +74,7 @@ def test_every_env_kind(tmp_path: Path) -> None:
     cfg = load_gateway_config(env=env)
     assert cfg.api_keys == ["k1", "k2"]
     assert cfg.max_concurrency is None and cfg.lpq_timeout_s == 2.5
+    assert cfg.protection == "value" and cfg.lpq_guard is True
     assert list(cfg.tasks) == ["t1"] and cfg.aliases["fast"].model == "real"
     assert cfg.backend.transport == "aiohttp" and cfg.log_requests is False
 

@@ -94,3 +94,16 @@ def test_one_json_log_line_per_request(
     assert ok["outcome"] == "served" and ok["status"] == 200 and ok["tokens"] == 6
     assert ok["queue_ms"] >= 0 and ok["latency_ms"] > 0 and ok["sla_met"] is True
     assert bad["outcome"] == "invalid_request" and bad["status"] == 400
+
+
+def test_protection_setting_reaches_the_scheduler(
+    gateway_factory: GatewayFactory, sim: RunningSim
+) -> None:
+    gw = gateway_factory(sim.url, protection="value", lpq_guard=True)
+    assert gw.gateway.scheduler.policy.protection == "value"
+    assert gw.gateway.scheduler.policy.lpq_guard is True
+    policy = httpx.get(gw.url + "/saber/status").json()["policy"]
+    assert policy["protection"] == "value" and policy["lpq_guard"] is True
+    client = OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+    done = client.completions.create(model=sim.model, prompt="x", max_tokens=5)
+    assert done.usage is not None and done.usage.completion_tokens == 5

@@ -131,6 +131,12 @@ class GatewayConfig(BaseModel):
     max_concurrency: int | None = Field(default=256, ge=1)
     queue_cap: int | None = Field(default=256, ge=0, description="per task type, HPQ + LPQ")
     lpq_timeout_s: float | None = Field(default=30.0, gt=0)
+    protection: Literal["frozen", "progress", "value"] = Field(
+        default="frozen",
+        description="what a running request is protected against: the paper's frozen "
+        "required speed, or (beyond the paper) progress / value; see docs/bench.md",
+    )
+    lpq_guard: bool = Field(default=False, description="beyond the paper; see docs/bench.md")
     api_keys: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     tasks: dict[str, TaskType] = Field(default_factory=lambda: load_tasks())
     default_task: str = "code_generation"

@@ -46,6 +46,8 @@ class Gateway:
             max_concurrency=cfg.max_concurrency,
             queue_cap=cfg.queue_cap,
             lpq_timeout_s=cfg.lpq_timeout_s,
+            lpq_guard=cfg.lpq_guard,
+            protection=cfg.protection,
         )
         self.speed = settings.speed_model()
         self.scheduler = Scheduler(self.speed, self.policy, seed=self.seed)
@@ -120,6 +122,8 @@ class Gateway:
             "max_concurrency": p.max_concurrency,
             "queue_cap": p.queue_cap,
             "lpq_timeout_s": p.lpq_timeout_s,
+            "lpq_guard": p.lpq_guard,
+            "protection": p.protection,
             "seed": self.seed,
         }
 
