@@ -25,6 +25,7 @@ _MAX_SUMMARY_LEVELS = 64
 Count = Annotated[int, Field(ge=0)]
 Load = Annotated[FiniteFloat, Field(ge=1.0)]
 Speed = Annotated[FiniteFloat, Field(ge=0.0)]
+NonNegative = Annotated[FiniteFloat, Field(ge=0.0)]
 
 
 class LevelSummary(BaseModel):
@@ -68,6 +69,79 @@ class ModelInfo(BaseModel):
     name: str = Field(min_length=1)
 
 
+class TTFTFit(BaseModel):
+    """Time to first token (s) against prompt length P and load L, fitted by saber-profile.
+
+    ttft(P, L) = intercept_s + per_prompt_token_s*P + per_load_s*(L-1)
+                 + per_prompt_token_load_s*P*(L-1)
+
+    Prefill cost grows with the prompt, and every step it shares with L-1 running
+    requests is longer, so all four coefficients are >= 0. `predict` extrapolates
+    linearly beyond the profiled ranges (`prompt_tokens_max`, `load_max`).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["linear"] = "linear"
+    intercept_s: NonNegative
+    per_prompt_token_s: NonNegative
+    per_load_s: NonNegative
+    per_prompt_token_load_s: NonNegative
+    r2: FiniteFloat = Field(le=1.0)
+    mape: FiniteFloat = Field(ge=0.0)
+    n: Annotated[int, Field(ge=1)]
+    prompt_tokens_max: Annotated[int, Field(ge=1)]
+    load_max: Load
+
+    def predict(self, prompt_tokens: float, load: float) -> float:
+        """Predicted TTFT in seconds; loads below 1 count as 1."""
+        extra = max(load, 1.0) - 1.0
+        return (
+            self.intercept_s
+            + self.per_prompt_token_s * prompt_tokens
+            + (self.per_load_s + self.per_prompt_token_load_s * prompt_tokens) * extra
+        )
+
+
+class FitScore(BaseModel):
+    """One speed model's fit during profiling, scored on held-out load levels.
+
+    `r2` and `mape` are over the held-out requests; `level_r2` over the held-out
+    levels' mean speeds, which leaves out the spread between requests at one load.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    params: dict[str, FiniteFloat]
+    r2: FiniteFloat = Field(le=1.0)
+    mape: FiniteFloat = Field(ge=0.0)
+    level_r2: FiniteFloat | None = Field(default=None, le=1.0)
+
+
+class ProfilingInfo(BaseModel):
+    """How saber-profile measured the points: provenance for whoever reads the file.
+
+    Nothing in the gateway depends on it; unknown fields are kept so newer
+    profilers can add to it without breaking older readers.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    tool: str = "saber-profile"
+    source: str = Field(description='"workload W3" or "dataset FILE"')
+    endpoint: str
+    levels: list[Annotated[int, Field(ge=1)]]
+    held_out_levels: list[Annotated[int, Field(ge=1)]] = []
+    scoring: str | None = Field(default=None, description="how the fits' R^2 were scored")
+    requests_per_level: Annotated[int, Field(ge=1)]
+    warmup: str
+    lengths: Literal["forced", "observed"] = "forced"
+    saturated_at: Annotated[int, Field(ge=1)] | None = None
+    max_running: Count | None = None
+    fits: list[FitScore] = []
+
+
 class Profile(BaseModel):
     """A speed profile file. `speed_model()` gives the f(L) it describes."""
 
@@ -84,6 +158,8 @@ class Profile(BaseModel):
     model: ModelInfo
     created_at: AwareDatetime
     ttft: dict[str, Any] | None = None
+    ttft_fit: TTFTFit | None = None
+    profiling: ProfilingInfo | None = None
     notes: str | None = None
 
     @field_validator("kind")

@@ -1,0 +1,85 @@
+"""A real saber-gateway, in its own process, in front of a real engine.
+
+Its own process, as in production, and not a thread of the test process: there, the
+test's SDK clients and the gateway's event loop share one GIL, and on a busy 2-core
+machine the gateway's connect timeouts fired and its /metrics took up to 48 s to
+answer while a test read a fast stream.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from saber.speed import USLModel, build_profile, save_profile
+from saber.testing._process import EngineProcess, free_port
+
+# f(1) = 600 tokens/s, falling slowly with load: admits everything a test sends, so a
+# test of the wire contract is not at the mercy of the admission policy.
+GENEROUS = USLModel(lam=600.0, sigma=0.1, kappa=0.002)
+
+
+def write_profile(path: Path, model: USLModel = GENEROUS, *, backend: str = "sim") -> Path:
+    """A speed profile file for ``model`` (points from L = 1..64)."""
+    loads = np.repeat(np.arange(1, 65, dtype=float), 4)
+    prof = build_profile(model, loads, model.predict(loads), backend=backend, model_name="test")
+    save_profile(prof, path)
+    return path
+
+
+def setting_env(overrides: dict[str, Any]) -> dict[str, str]:
+    """Dotted settings as saber-gateway's environment variables
+    (``backend.read_timeout_s`` -> ``SABER_BACKEND_READ_TIMEOUT_S``)."""
+    return {
+        "SABER_" + key.replace(".", "_").upper(): str(value) for key, value in overrides.items()
+    }
+
+
+@dataclass
+class EngineGateway:
+    """saber-gateway serving on 127.0.0.1 in front of ``engine``."""
+
+    url: str  # the gateway, without /v1
+    engine: EngineProcess
+    process: EngineProcess  # the gateway's own process (kind "gateway")
+
+    @property
+    def api_url(self) -> str:
+        """The OpenAI ``base_url`` for clients."""
+        return self.url + "/v1"
+
+    def stop(self) -> None:
+        self.process.stop(grace_s=10.0)
+
+
+def start_gateway(
+    engine: EngineProcess, profile: Path, *, startup_timeout_s: float = 60.0, **overrides: Any
+) -> EngineGateway:
+    """Start saber-gateway (the shipped config) for ``engine``; ``overrides`` are dotted
+    settings (``**{"backend.read_timeout_s": 60}``). The engine must be up: start-up
+    returns at the gateway's first 200 on /health, which asks the engine's."""
+    port = free_port()
+    env = {**os.environ, **setting_env(overrides)}
+    argv = [
+        sys.executable, "-m", "saber.gateway.cli",
+        "--backend", engine.base_url,
+        "--profile", str(profile),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--log-level", "info",  # one JSON line per request, in the log file
+    ]  # fmt: skip
+    process = EngineProcess(
+        "gateway",
+        argv,
+        port=port,
+        model=engine.model,
+        env=env,
+        startup_timeout_s=startup_timeout_s,
+    )
+    process.start()
+    return EngineGateway(process.base_url, engine, process)

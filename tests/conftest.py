@@ -1,0 +1,62 @@
+"""Session-wide real engines (llama.cpp, vLLM) and saber-gateways in front of them.
+
+Nothing here starts unless a test asks for it: the default suite deselects the
+``vllm`` and ``llamacpp`` tiers. The first request of a session builds whatever the
+cache lacks (``python -m saber.testing prepare`` does it ahead of time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from saber.testing import (
+    EngineGateway,
+    EngineProcess,
+    start_gateway,
+    start_llamacpp,
+    start_vllm,
+    write_profile,
+)
+
+# A hung engine fails a test in two minutes rather than the shipped ten; a busy 2-core
+# machine may take more than the shipped 2 s to accept a connection.
+REAL_GATEWAY_OVERRIDES = {"backend.read_timeout_s": 120.0, "backend.connect_timeout_s": 10.0}
+
+
+@pytest.fixture(scope="session")
+def real_profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A profile generous enough that the gateway admits all a real-engine test sends."""
+    return write_profile(tmp_path_factory.mktemp("real-profile") / "generous.json")
+
+
+@pytest.fixture(scope="session")
+def llamacpp_engine() -> Iterator[EngineProcess]:
+    engine = start_llamacpp()
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_engine() -> Iterator[EngineProcess]:
+    # The tiny model's whole 16,384 positions: requests long enough (half a minute on
+    # 2 cores) to be caught running when a test disconnects or kills the engine.
+    engine = start_vllm(max_model_len=16384)
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def llamacpp_gateway(llamacpp_engine: EngineProcess, real_profile: Path) -> Iterator[EngineGateway]:
+    gw = start_gateway(llamacpp_engine, real_profile, **REAL_GATEWAY_OVERRIDES)
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_gateway(vllm_engine: EngineProcess, real_profile: Path) -> Iterator[EngineGateway]:
+    gw = start_gateway(vllm_engine, real_profile, **REAL_GATEWAY_OVERRIDES)
+    yield gw
+    gw.stop()

@@ -1,0 +1,61 @@
+"""saber-profile over HTTP recovers the engine model's own speed curve.
+
+saber-sim serves the paper preset on the wall clock; the profile fitted from
+what a client measures must predict the speed the engine model gives in virtual
+time (no HTTP at all) at load levels the profile never measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from profile_support import engine_truth, read_lengths, run_cli, sim_process
+
+from saber.speed import load_profile
+
+# Time scale 1: the sim's clock is the engine model's, and per-request HTTP
+# overhead (a few ms) stays about 2% of a request. Faster scales trade accuracy
+# for time on a busy 2-core machine.
+TIME_SCALE = 1.0
+LEVELS = "1,2,4,8,16,32,64"
+HELD_OUT = (3, 6, 12, 24, 48)
+
+
+@pytest.mark.slow
+def test_fitted_curve_matches_engine_truth_at_unmeasured_loads(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sim.json"
+    with sim_process(TIME_SCALE, "--served-model-name", "sim") as url:
+        code, report, stderr = run_cli(
+            [
+                "--base-url", url, "--model", "sim", "--dataset", str(dataset),
+                "--levels", LEVELS, "--requests-per-level", "10", "--out", str(out), "--no-plot",
+            ],
+            capsys,
+        )  # fmt: skip
+    assert code == 0, stderr
+    profile = load_profile(out)
+    model = profile.speed_model()
+    lengths = read_lengths(dataset)
+    truth = np.array([TIME_SCALE * engine_truth(lengths, level).mean() for level in HELD_OUT])
+    predicted = model.predict(np.array(HELD_OUT, dtype=float))
+    mape = float(np.mean(np.abs(predicted - truth) / truth))
+    r2 = 1.0 - float(np.sum((predicted - truth) ** 2) / np.sum((truth - truth.mean()) ** 2))
+    with capsys.disabled():
+        print(f"\nkept {profile.kind} {profile.params}")
+        for fit in profile.profiling.fits if profile.profiling else []:
+            print(
+                f"  {fit.kind:9s} held-out R^2={fit.r2:.4f} MAPE={100 * fit.mape:.2f}% "
+                f"level-mean R^2={fit.level_r2:.4f}"
+            )
+        for level, t, p in zip(HELD_OUT, truth, predicted, strict=True):
+            error = 100 * (p / t - 1)
+            print(f"  L={level:3d} engine {t:7.2f} tok/s  profile {p:7.2f}  ({error:+.1f}%)")
+        print(f"  vs engine truth: MAPE={100 * mape:.2f}%  R^2={r2:.4f}")
+    assert mape <= 0.10, report
+    assert r2 >= 0.98, report
+    assert profile.points.count == 70, report  # no level was taken for saturated
+    assert profile.profiling is not None and profile.profiling.levels == [1, 2, 4, 8, 16, 32, 64]

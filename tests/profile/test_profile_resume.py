@@ -1,0 +1,96 @@
+"""Ctrl-C keeps what was measured; --resume finishes the run without redoing it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from profile_support import run_cli
+
+from saber.profile import points_path, read_points
+from saber.sim.http import serve_in_thread
+from saber.speed import load_profile
+
+
+def levels_ended(path: Path) -> int:
+    if not path.exists():
+        return 0
+    return sum('"type": "level"' in line for line in path.read_text().splitlines())
+
+
+@pytest.mark.slow
+def test_interrupt_then_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dataset: Path
+) -> None:
+    out = tmp_path / "run.json"
+    store = points_path(out)
+    args = [
+        "--model", "sim", "--dataset", str(dataset), "--levels", "1,2,4,8",
+        "--requests-per-level", "20", "--out", str(out), "--no-plot", "--no-progress",
+    ]  # fmt: skip
+    with serve_in_thread(time_scale=4.0, served_model_name=("sim",), seed=1) as sim:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "saber.profile", "--base-url", sim.url, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while levels_ended(store) < 2 and proc.poll() is None:
+                assert time.monotonic() < deadline, "two levels took too long"
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 130, stderr
+        assert "interrupted:" in stderr and "--resume" in stderr
+        assert "Traceback" not in stderr
+        # Two complete levels fit (in-sample), so the interrupted run still wrote a profile.
+        assert load_profile(out).notes is not None and "partial run" in (
+            load_profile(out).notes or ""
+        )
+        assert "wrote" in stdout
+        before = read_points(store)
+        assert [before.measured(level) for level in (1, 2)] == [20, 20]
+        kept = [p for p in before.points if p.level in (1, 2)]
+
+        code, _, err = run_cli(["--base-url", sim.url, *args, "--resume"], capsys)
+    assert code == 0, err
+    assert "resuming" in err
+    after = read_points(store)
+    assert [after.measured(level) for level in (1, 2, 4, 8)] == [20, 20, 20, 20]
+    assert [p for p in after.points if p.level in (1, 2)] == kept  # not measured again
+    lines = store.read_text().splitlines()
+    assert sum(json.loads(line)["type"] == "run" for line in lines) == 1
+    profile = load_profile(out)
+    assert profile.points.count == 80 and "partial run" not in (profile.notes or "")
+
+
+def test_resume_refuses_other_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dataset: Path
+) -> None:
+    out = tmp_path / "run.json"
+    store = points_path(out)
+    store.write_text(
+        json.dumps(
+            {"type": "run", "model": "sim", "levels": [1, 2], "source": f"dataset {dataset}"}
+        )
+        + "\n"
+        + '{"type": "point", "level": 1, "lo'  # torn by a kill mid-write
+    )
+    code, _, err = run_cli(
+        ["--base-url", "http://127.0.0.1:9", "--model", "sim", "--out", str(out), "--resume",
+         "--levels", "1,4"],
+        capsys,
+    )  # fmt: skip
+    assert code == 2
+    assert "used levels 1,2, not 1,4; drop the option or start afresh" in err

@@ -1,0 +1,80 @@
+"""saber-profile against genuine llama.cpp (llama-server, a tiny random GGUF model, on CPU).
+
+Run with ``.venv/bin/pytest -q -m llamacpp tests/real/test_profile_llamacpp.py -s``.
+llama-server gives a clean load-vs-speed curve on two cores (docs/real-backends.md),
+so the profile must explain its points well. The engine's two threads share the
+machine with this process and anything else running: on a busy machine the
+speeds measure the contention, and the test says so in its failure message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from saber.profile import points_path, read_points
+from saber.profile.cli import main
+from saber.speed import load_profile
+from saber.testing import EngineProcess
+
+pytestmark = pytest.mark.llamacpp
+
+LEVELS = (1, 2, 4, 8, 16, 32)  # llama-server runs 32 slots (-np 32): none waits
+
+
+def short_dataset(path: Path, n: int = 200) -> Path:
+    """Short prompts and outputs of 80-112 tokens: TTFT stays a small, steady share."""
+    rng = np.random.default_rng(0)
+    lines = [
+        json.dumps(
+            {
+                "prompt_tokens": int(rng.integers(16, 25)),
+                "output_tokens": int(rng.integers(80, 113)),
+            }
+        )
+        for _ in range(n)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_profile_llamacpp(
+    llamacpp_engine: EngineProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "llamacpp.json"
+    code = main(
+        [
+            "--base-url", llamacpp_engine.base_url, "--model", llamacpp_engine.model,
+            "--dataset", str(short_dataset(tmp_path / "short.jsonl")),
+            "--levels", ",".join(map(str, LEVELS)), "--requests-per-level", "20",
+            "--out", str(out), "--no-progress",
+        ]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    with capsys.disabled():
+        print("\n" + captured.err + captured.out)
+    assert code == 0, captured.err
+    profile = load_profile(out)
+    assert profile.backend.kind == "llamacpp" and profile.backend.version
+    assert profile.profiling is not None and profile.profiling.saturated_at is None
+    assert profile.profiling.lengths == "forced"
+    recorded = read_points(points_path(out))
+    per_level = {level: recorded.measured(level) for level in LEVELS}
+    best = profile.profiling.fits[0]
+    with capsys.disabled():
+        print(f"points per level: {per_level}")
+        print(f"kept {profile.kind} {profile.params}; in-sample R^2={profile.r2:.4f}")
+        print(f"scored {profile.profiling.scoring}:")
+        for fit in profile.profiling.fits:
+            print(f"  {fit.kind:9s} R^2={fit.r2:.4f} MAPE={100 * fit.mape:.2f}%")
+    assert per_level == dict.fromkeys(LEVELS, 20)
+    assert best.kind == profile.kind
+    busy = f"load average {os.getloadavg()} on {os.cpu_count()} CPUs"
+    assert profile.r2 >= 0.95, busy
+    model = profile.speed_model()
+    assert model.predict(1.0) > 2 * model.predict(32.0)  # the curve the engine really has
+    assert out.with_suffix(".png").exists()

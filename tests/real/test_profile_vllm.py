@@ -1,0 +1,55 @@
+"""saber-profile against genuine vLLM (the CPU build, a tiny random model).
+
+Run with ``.venv/bin/pytest -q -m vllm tests/real/test_profile_vllm.py -s``. On two
+cores vLLM's speeds measure CPU contention more than batching (docs/real-backends.md),
+so this checks the whole run and the file it writes, not the quality of the fit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from saber.profile import points_path, read_points
+from saber.profile.cli import main
+from saber.speed import load_profile
+from saber.testing import EngineProcess
+
+pytestmark = pytest.mark.vllm
+
+
+def test_profile_vllm(
+    vllm_engine: EngineProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "short.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"prompt_tokens": 16 + i % 17, "output_tokens": 24 + i % 9}) + "\n"
+            for i in range(100)
+        )
+    )
+    out = tmp_path / "vllm.json"
+    code = main(
+        [
+            "--base-url", vllm_engine.base_url + "/v1", "--model", vllm_engine.model,
+            "--dataset", str(data), "--levels", "1,2,4,8", "--requests-per-level", "8",
+            "--out", str(out), "--no-progress",
+        ]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    with capsys.disabled():
+        print("\n" + captured.err + captured.out)
+    assert code == 0, captured.err
+    assert "ignores ignore_eos" not in captured.err
+    profile = load_profile(out)
+    assert profile.backend.kind == "vllm" and profile.backend.version
+    assert profile.model.name == vllm_engine.model
+    assert profile.profiling is not None
+    assert profile.profiling.levels == [1, 2, 4, 8] and profile.profiling.lengths == "forced"
+    assert profile.ttft_fit is not None
+    recorded = read_points(points_path(out))
+    assert [recorded.measured(level) for level in (1, 2, 4, 8)] == [8, 8, 8, 8]
+    assert all(p.output_tokens == p.max_tokens for p in recorded.points)
+    assert out.with_suffix(".png").exists()

@@ -1,0 +1,314 @@
+"""The gateway in front of genuine vLLM (the CPU build, a tiny random model).
+
+Run with ``.venv/bin/pytest -q -m vllm``. The engine starts once per session (about a
+minute); every test goes through a real saber-gateway with the official SDK.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+import httpx
+import openai
+import pytest
+from real_support import (
+    BACKEND_RUNNING,
+    IN_FLIGHT,
+    MIRROR_S,
+    StreamReader,
+    backend_status,
+    client_for,
+    settles_to,
+    wait_until,
+)
+
+from saber.testing import EngineGateway, EngineProcess, scrape
+
+pytestmark = pytest.mark.vllm
+
+RUNNING = "vllm:num_requests_running"
+PROMPT = "def grungthoproom(shainshio):\n    return"
+MESSAGES = [{"role": "user", "content": "Pex nartpre prim wim?"}]
+IGNORE_EOS = {"ignore_eos": True}
+# Nearly all of the 16,384 positions the tests' vLLM allows: a minute or so at the few
+# hundred tokens/s a stream gets on 2 cores, so that a test finds the request still
+# running however slowly the busy machine answers its requests for metrics.
+LONG = 16000
+OUTCOMES = "saber_requests_total"
+GENERATED = "vllm:generation_tokens_total"
+
+
+def direct_prompt_tokens(engine: EngineProcess, **request: object) -> int:
+    """What vLLM itself counts for the prompt of ``request`` (sent straight to it)."""
+    client = client_for(engine.base_url + "/v1")
+    if "messages" in request:
+        reply = client.chat.completions.create(model=engine.model, max_tokens=1, **request)
+    else:
+        reply = client.completions.create(model=engine.model, max_tokens=1, **request)
+    assert reply.usage is not None
+    return reply.usage.prompt_tokens
+
+
+def test_chat(vllm_gateway: EngineGateway) -> None:
+    engine = vllm_gateway.engine
+    client = client_for(vllm_gateway.api_url)
+    reply = client.chat.completions.create(
+        model=engine.model, messages=MESSAGES, max_tokens=24, extra_body=IGNORE_EOS
+    )
+    assert reply.model == engine.model
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].message.content
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None
+    assert reply.usage.completion_tokens == 24
+    assert reply.usage.prompt_tokens == direct_prompt_tokens(engine, messages=MESSAGES)
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 24
+
+
+def test_completions(vllm_gateway: EngineGateway) -> None:
+    engine = vllm_gateway.engine
+    client = client_for(vllm_gateway.api_url)
+    reply = client.completions.create(
+        model=engine.model, prompt=PROMPT, max_tokens=17, extra_body=IGNORE_EOS
+    )
+    assert reply.choices[0].text
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None
+    assert reply.usage.completion_tokens == 17
+    assert reply.usage.prompt_tokens == direct_prompt_tokens(engine, prompt=PROMPT)
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 17
+
+
+@pytest.mark.parametrize("max_tokens", [1, 9, 64])
+def test_ignore_eos_lengths_are_exact(vllm_gateway: EngineGateway, max_tokens: int) -> None:
+    client = client_for(vllm_gateway.api_url)
+    model = vllm_gateway.engine.model
+    chat = client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=max_tokens, extra_body=IGNORE_EOS
+    )
+    text = client.completions.create(
+        model=model, prompt=PROMPT, max_tokens=max_tokens, extra_body=IGNORE_EOS
+    )
+    assert chat.usage is not None and text.usage is not None
+    assert chat.usage.completion_tokens == max_tokens
+    assert text.usage.completion_tokens == max_tokens
+
+
+def test_chat_stream_with_usage(vllm_gateway: EngineGateway) -> None:
+    engine = vllm_gateway.engine
+    client = client_for(vllm_gateway.api_url)
+    chunks = list(
+        client.chat.completions.create(
+            model=engine.model,
+            messages=MESSAGES,
+            max_tokens=32,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=IGNORE_EOS,
+        )
+    )
+    *body, last = chunks
+    # vLLM's shape: a separate last chunk with no choices carries the usage.
+    assert last.choices == []
+    assert last.usage is not None
+    assert last.usage.completion_tokens == 32
+    assert last.usage.prompt_tokens == direct_prompt_tokens(engine, messages=MESSAGES)
+    assert all(c.usage is None for c in body)
+    assert body[-1].choices[0].finish_reason == "length"
+    assert "".join(c.choices[0].delta.content or "" for c in body)
+
+
+def test_completions_stream_with_usage(vllm_gateway: EngineGateway) -> None:
+    client = client_for(vllm_gateway.api_url)
+    chunks = list(
+        client.completions.create(
+            model=vllm_gateway.engine.model,
+            prompt=PROMPT,
+            max_tokens=40,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=IGNORE_EOS,
+        )
+    )
+    *body, last = chunks
+    assert last.choices == []
+    assert last.usage is not None
+    assert last.usage.completion_tokens == 40
+    assert all(c.usage is None for c in body)
+    assert body[-1].choices[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_stream_without_usage_carries_none(vllm_gateway: EngineGateway, endpoint: str) -> None:
+    """The gateway asks vLLM for usage anyway (to count tokens); the client must not see it."""
+    client = client_for(vllm_gateway.api_url)
+    model = vllm_gateway.engine.model
+    if endpoint == "chat":
+        stream = client.chat.completions.create(
+            model=model, messages=MESSAGES, max_tokens=16, stream=True, extra_body=IGNORE_EOS
+        )
+    else:
+        stream = client.completions.create(
+            model=model, prompt=PROMPT, max_tokens=16, stream=True, extra_body=IGNORE_EOS
+        )
+    chunks = list(stream)
+    assert chunks
+    assert all(c.usage is None for c in chunks)
+    assert all(c.choices for c in chunks)
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_unknown_model_is_vllms_404(vllm_gateway: EngineGateway) -> None:
+    client = client_for(vllm_gateway.api_url)
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(model="no-such-model", messages=MESSAGES, max_tokens=4)
+    assert caught.value.status_code == 404
+    body = caught.value.response.json()
+    assert body["error"]["type"] == "NotFoundError"
+    assert body["error"]["code"] == 404
+    assert "no-such-model" in body["error"]["message"]
+    # Passed through as vLLM wrote it.
+    direct = httpx.post(
+        vllm_gateway.engine.base_url + "/v1/chat/completions",
+        json={"model": "no-such-model", "messages": MESSAGES, "max_tokens": 4},
+        timeout=30,
+    )
+    assert direct.status_code == 404
+    assert body == direct.json()
+
+
+def test_disconnect_aborts_the_request_upstream(vllm_gateway: EngineGateway) -> None:
+    engine = vllm_gateway.engine
+    client = client_for(vllm_gateway.api_url)
+    assert settles_to(engine.base_url, RUNNING, 0, timeout=10.0)
+    generated = scrape(engine.base_url, GENERATED)
+    cancelled = scrape(vllm_gateway.url, OUTCOMES, outcome="cancelled_running")
+    with StreamReader(
+        lambda: client.chat.completions.with_streaming_response.create(
+            model=engine.model,
+            messages=MESSAGES,
+            max_tokens=LONG,
+            stream=True,
+            extra_body=IGNORE_EOS,
+        )
+    ) as reader:
+        assert wait_until(lambda: reader.events >= 3, 30.0)
+        assert settles_to(vllm_gateway.url, IN_FLIGHT, 1, timeout=10.0)
+        # vLLM refreshes its gauges as its engine steps report, a moment behind.
+        assert settles_to(engine.base_url, RUNNING, 1, timeout=10.0)
+        # The gateway mirrors vLLM's own count (read from its /metrics every second).
+        assert settles_to(vllm_gateway.url, BACKEND_RUNNING, 1, timeout=MIRROR_S)
+    # Closed: the client went away, thousands of tokens early.
+    assert reader.error is None and not reader.finished
+    assert settles_to(engine.base_url, RUNNING, 0, timeout=2.0), "vLLM kept generating"
+    assert scrape(engine.base_url, GENERATED) - generated < LONG, "vLLM ran it to the end"
+    assert settles_to(vllm_gateway.url, IN_FLIGHT, 0, timeout=2.0)
+    assert scrape(vllm_gateway.url, OUTCOMES, outcome="cancelled_running") == cancelled + 1
+    assert settles_to(vllm_gateway.url, BACKEND_RUNNING, 0, timeout=MIRROR_S)
+
+
+def _long_chat_stream(gw: EngineGateway, streaming: threading.Event) -> str | None:
+    """The finish_reason the client saw (or the SDK's exception)."""
+    stream = client_for(gw.api_url).chat.completions.create(
+        model=gw.engine.model,
+        messages=MESSAGES,
+        max_tokens=LONG,
+        stream=True,
+        extra_body=IGNORE_EOS,
+    )
+    finish = None
+    for chunk in stream:
+        streaming.set()
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    return finish
+
+
+def _long_completion(gw: EngineGateway, streaming: threading.Event) -> str | None:
+    streaming.set()  # nothing to see before the end
+    reply = client_for(gw.api_url).completions.create(
+        model=gw.engine.model, prompt=PROMPT, max_tokens=LONG, extra_body=IGNORE_EOS
+    )
+    return reply.choices[0].finish_reason
+
+
+LONG_CALLS = [_long_chat_stream, _long_chat_stream, _long_completion, _long_completion]
+
+
+def _stop_under_load(
+    gw: EngineGateway, grace_s: float
+) -> list[concurrent.futures.Future[str | None]]:
+    """Start LONG_CALLS through the gateway, stop vLLM while all are at it, and return
+    their futures, all done: a client still waiting 30 s later fails the test."""
+    engine = gw.engine
+    pool = concurrent.futures.ThreadPoolExecutor(len(LONG_CALLS))
+    try:
+        started = [threading.Event() for _ in LONG_CALLS]
+        futures = [pool.submit(call, gw, s) for call, s in zip(LONG_CALLS, started, strict=True)]
+        # Generous: a busy 2-core machine can take tens of seconds to get four going.
+        assert all(s.wait(60.0) for s in started)
+        running = settles_to(gw.url, IN_FLIGHT, len(LONG_CALLS), timeout=60.0)
+        assert running, [f.exception() or f.result() if f.done() else "running" for f in futures]
+        engine.stop(grace_s=grace_s)
+        _, pending = concurrent.futures.wait(futures, timeout=30.0)
+        assert not pending, "a client hung after vLLM went away"
+        assert settles_to(gw.url, IN_FLIGHT, 0, timeout=2.0)
+        return futures
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        if not engine.running:
+            engine.restart()
+
+
+def _serves_again(gw: EngineGateway) -> None:
+    """The gateway that was running all along serves the restarted engine."""
+    reply = client_for(gw.api_url).chat.completions.create(
+        model=gw.engine.model, messages=MESSAGES, max_tokens=8, extra_body=IGNORE_EOS
+    )
+    assert reply.usage is not None and reply.usage.completion_tokens == 8
+    assert httpx.get(gw.url + "/health", timeout=10).status_code == 200
+
+
+def test_engine_killed_mid_request_then_restarted(vllm_gateway: EngineGateway) -> None:
+    """vLLM dies (SIGKILL, all its processes): every client gets an error, nothing hangs,
+    and the same gateway serves once the engine is back."""
+    futures = _stop_under_load(vllm_gateway, grace_s=0)
+    for future in futures[:2]:
+        # The 200 was already sent: the stream ends with an error event; the SDK raises it.
+        error = future.exception()
+        assert isinstance(error, openai.APIError), error
+        assert not isinstance(error, openai.APIStatusError), error
+    for future in futures[2:]:
+        error = future.exception()
+        assert isinstance(error, openai.APIStatusError), error
+        assert error.status_code in (502, 503)
+    _serves_again(vllm_gateway)
+
+
+def test_engine_terminated_mid_request_then_restarted(vllm_gateway: EngineGateway) -> None:
+    """vLLM shut down in order (SIGTERM): nothing hangs and no client takes a cut-off
+    answer for a whole one.
+
+    vLLM 0.32 races with itself here: it either aborts the running requests (200,
+    ``finish_reason: "abort"``, the stream closed with ``[DONE]``), or fails them
+    (500, an error event), or leaves their connections open until it is killed; each
+    must reach the client as an abort or an error.
+    """
+    futures = _stop_under_load(vllm_gateway, grace_s=5.0)
+    for future in futures:
+        error = future.exception()
+        if error is None:
+            assert future.result() == "abort"
+        else:
+            assert isinstance(error, openai.APIError), error
+            if isinstance(error, openai.APIStatusError):
+                assert error.status_code in (502, 503)
+    _serves_again(vllm_gateway)
+
+
+def test_gateway_knows_its_backend(vllm_gateway: EngineGateway) -> None:
+    status = backend_status(vllm_gateway)
+    assert status["kind"] == "vllm"
+    assert status["kind_source"] == "detected"
+    assert status["models"] == [vllm_gateway.engine.model]
