@@ -217,7 +217,7 @@ def test_wildly_spread_speeds_are_questioned(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], dataset: Path
 ) -> None:
     out = tmp_path / "stub.json"
-    with serve_app(stub_engine(natural_tokens=1000, slow_every=3)) as url:
+    with serve_app(stub_engine(natural_tokens=16, slow_every=3)) as url:
         code, _, err = run_cli(
             [
                 "--base-url", url, "--model", "stub", "--dataset", str(dataset),
