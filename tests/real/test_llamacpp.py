@@ -182,7 +182,7 @@ def test_stream_without_usage_is_as_the_engine_sends_it(
 def test_disconnect_frees_the_slot(llamacpp_gateway: EngineGateway) -> None:
     engine = llamacpp_gateway.engine
     client = client_for(llamacpp_gateway.api_url)
-    assert scrape(engine.base_url, PROCESSING) == 0
+    assert settles_to(engine.base_url, PROCESSING, 0, timeout=10.0)
     cancelled = scrape(llamacpp_gateway.url, OUTCOMES, outcome="cancelled_running")
     with StreamReader(
         lambda: client.completions.with_streaming_response.create(

@@ -11,9 +11,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+# Installed in the vLLM environment only, hence no stubs here.
+import torch  # type: ignore[import-not-found]
+from tokenizers import (  # type: ignore[import-not-found]
+    Tokenizer,
+    decoders,
+    models,
+    pre_tokenizers,
+    trainers,
+)
+from transformers import (  # type: ignore[import-not-found]
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 SPECIALS = ["<unk>", "<s>", "</s>", "<pad>"]  # ids 0..3, in Llama's order
 VOCAB = 2048

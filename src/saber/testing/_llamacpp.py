@@ -7,6 +7,7 @@ llama.cpp tree under ``vendor/llama.cpp``; we build only the server target from 
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tarfile
@@ -67,7 +68,7 @@ def _unpacked_source(root: Path, build_log: Path) -> Path:
         return source
     sdist = root / "sdist" / f"{name}.tar.gz"
     if not sdist.is_file():
-        download = [
+        download: list[str | os.PathLike[str]] = [
             sys.executable, "-m", "pip", "download", "--disable-pip-version-check",
             "--no-binary", ":all:", "--no-deps", "--dest", root / "sdist",
             f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
@@ -87,6 +88,7 @@ def start_llamacpp(
     seed: int = 0,
     threads: int = 2,
     startup_timeout_s: float = 60.0,
+    nice: int = 0,
 ) -> EngineProcess:
     """Prepare (if needed) and start llama-server on a free 127.0.0.1 port.
 
@@ -110,6 +112,6 @@ def start_llamacpp(
         "--no-webui",
     ]  # fmt: skip
     engine = EngineProcess(
-        "llamacpp", argv, port=port, model=model, startup_timeout_s=startup_timeout_s
+        "llamacpp", argv, port=port, model=model, startup_timeout_s=startup_timeout_s, nice=nice
     )
     return engine.start()

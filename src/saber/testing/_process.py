@@ -42,7 +42,8 @@ class EngineProcess:
 
     ``start()`` returns once ``/health`` answers 200; ``stop()`` sends SIGTERM to the
     engine, then SIGKILL to its process group after ``grace_s``; ``restart()`` keeps the
-    port, so a gateway pointed at it needs no change. Output goes to ``log_path``.
+    port, so a gateway pointed at it needs no change. Output goes to ``log_path``. A
+    positive ``nice`` lowers the engine's CPU priority.
     """
 
     def __init__(
@@ -55,12 +56,14 @@ class EngineProcess:
         env: Mapping[str, str] | None = None,
         startup_timeout_s: float = 60.0,
         log_path: Path | None = None,
+        nice: int = 0,
     ) -> None:
         self.kind = kind
         self.port = port
         self.model = model
         self.base_url = f"http://127.0.0.1:{port}"
-        self.argv = list(argv)
+        # ``nice`` execs the engine in its own place: the PID stays the engine's.
+        self.argv = ["nice", "-n", str(nice), *argv] if nice else list(argv)
         self.env = dict(os.environ if env is None else env)
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path or cache_dir() / "logs" / f"{kind}-{os.getpid()}-{port}.log"
@@ -126,14 +129,15 @@ class EngineProcess:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(grace_s)
             if proc.poll() is None:
-                _killpg(pgid)
+                _kill_group(pgid)
             proc.wait(10.0)
-        # Workers the engine forked go with it; give them the same grace, then kill.
-        deadline = time.monotonic() + max(grace_s, 1.0)
+        # Workers the engine forked go with it (and Python's resource tracker, once it has
+        # cleaned up after them); give them the grace, then kill what is left.
+        deadline = time.monotonic() + max(grace_s, 5.0)
         while _group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.1)
         _killpg(pgid)
-        # A killed vLLM leaves its shared-memory segments behind (RAM, on tmpfs).
+        # What a killed vLLM's tracker did not remove: its shared memory (RAM, on tmpfs).
         for path in shm:
             with contextlib.suppress(OSError):
                 path.unlink()
@@ -165,6 +169,16 @@ class EngineProcess:
 
     def __repr__(self) -> str:
         return f"EngineProcess({self.kind!r}, {self.base_url!r}, {self.model!r}, pid={self.pid})"
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL the group but Python's multiprocessing resource trackers: those outlive
+    their parent by design, to unlink the semaphores and shared memory it leaves."""
+    for pid in _group_members(pgid):
+        with contextlib.suppress(OSError):
+            if b"multiprocessing.resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue
+            os.kill(pid, signal.SIGKILL)
 
 
 def _killpg(pgid: int) -> None:

