@@ -190,8 +190,8 @@ def test_disconnect_frees_the_slot(llamacpp_gateway: EngineGateway) -> None:
         )
     ) as reader:
         assert wait_until(lambda: reader.events >= 3, 30.0)
-        assert settles_to(engine.base_url, PROCESSING, 1, timeout=10.0)
-        assert settles_to(llamacpp_gateway.url, IN_FLIGHT, 1, timeout=10.0)
+        assert settles_to(engine.base_url, PROCESSING, 1, timeout=20.0)
+        assert settles_to(llamacpp_gateway.url, IN_FLIGHT, 1, timeout=20.0)
         assert settles_to(llamacpp_gateway.url, BACKEND_RUNNING, 1, timeout=MIRROR_S)
     # Closed: the client went away, thousands of tokens early.
     assert reader.error is None and not reader.finished

@@ -194,9 +194,9 @@ def test_disconnect_aborts_the_request_upstream(vllm_gateway: EngineGateway) -> 
         )
     ) as reader:
         assert wait_until(lambda: reader.events >= 3, 30.0)
-        assert settles_to(vllm_gateway.url, IN_FLIGHT, 1, timeout=10.0)
+        assert settles_to(vllm_gateway.url, IN_FLIGHT, 1, timeout=20.0)
         # vLLM refreshes its gauges as its engine steps report, a moment behind.
-        assert settles_to(engine.base_url, RUNNING, 1, timeout=10.0)
+        assert settles_to(engine.base_url, RUNNING, 1, timeout=20.0)
         # The gateway mirrors vLLM's own count (read from its /metrics every second).
         assert settles_to(vllm_gateway.url, BACKEND_RUNNING, 1, timeout=MIRROR_S)
     # Closed: the client went away, thousands of tokens early.

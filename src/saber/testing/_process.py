@@ -130,7 +130,10 @@ class EngineProcess:
                     proc.wait(grace_s)
             if proc.poll() is None:
                 _kill_group(pgid)
-            proc.wait(10.0)
+            # SIGKILL cannot be refused, but a process stuck in the kernel (a page fault on
+            # a thrashing machine) dies when it comes back: waiting longer beats raising.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30.0)
         # Workers the engine forked go with it (and Python's resource tracker, once it has
         # cleaned up after them); give them the grace, then kill what is left.
         deadline = time.monotonic() + max(grace_s, 5.0)
