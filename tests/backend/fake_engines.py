@@ -8,16 +8,15 @@ covered by the ``vllm`` and ``llamacpp`` test tiers.
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import uvicorn
 from expositions import LLAMACPP, VLLM
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from saber.testing import serve_app as serve_testing_app
 
 BUILD_INFO = "b7310-5814b4dce"
 VLLM_VERSION = "0.32.0"
@@ -149,29 +148,6 @@ def bare_app() -> FastAPI:
 
 @contextmanager
 def serve_app(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1, a free port, in a thread; yields its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the fake engine did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(5)
-        sock.close()
-
-
-def free_port() -> int:
-    """A port with nothing listening (closed again before it is returned)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A fake engine has no lifespan to run."""
+    with serve_testing_app(app, lifespan="off") as url:
+        yield url

@@ -12,7 +12,6 @@ from fake_engines import (
     BUILD_INFO,
     VLLM_VERSION,
     bare_app,
-    free_port,
     llamacpp_app,
     serve_app,
     vllm_app,
@@ -29,6 +28,7 @@ from saber.backend import (
     fetch_load,
 )
 from saber.sim.http import RunningSim, serve_in_thread
+from saber.testing import free_port
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -51,13 +50,6 @@ def find_tool(name: str) -> str | None:
         return found
     local = Path(sys.executable).parent / name
     return str(local) if local.exists() else None
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 now (for servers that cannot be handed a socket)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ---------------------------------------------------------------------------

@@ -12,10 +12,11 @@ import sys
 from dataclasses import dataclass
 
 import pytest
-from deploy_support import REPO, Stack, find_tool, free_port
+from deploy_support import REPO, Stack, find_tool
 
 from saber.config import load_gateway_config
 from saber.gateway import settings_from_config, start_in_thread
+from saber.testing import free_port
 
 DOCKERFILE = REPO / "Dockerfile"
 

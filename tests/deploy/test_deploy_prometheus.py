@@ -19,8 +19,9 @@ from deploy_support import (
     RULES_YML,
     Stack,
     find_tool,
-    free_port,
 )
+
+from saber.testing import free_port
 
 
 def _promtool(

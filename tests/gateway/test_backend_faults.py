@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
-from gateway_support import GatewayFactory, metric_value, sim_running, wait_until
+from gateway_support import GatewayFactory, sim_running
 
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim, serve_in_thread
+from saber.testing import metric_value, wait_until
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 

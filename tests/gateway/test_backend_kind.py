@@ -9,11 +9,12 @@ from typing import Any
 import httpx
 import pytest
 from fake_llamacpp import BUILD_INFO, ERROR_STREAM, MODEL, USAGE, FakeLlamaCpp, error
-from gateway_support import GatewayFactory, metric_value, wait_until
+from gateway_support import GatewayFactory
 from prometheus_client.parser import text_string_to_metric_families
 
 from saber.gateway import RunningGateway
 from saber.scheduler import SchedRequest
+from saber.testing import metric_value, wait_until
 
 FAST_SCRAPES = {"backend.metrics_interval_s": 0.1}
 

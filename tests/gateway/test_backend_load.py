@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_support import GatewayFactory, wait_until
+from gateway_support import GatewayFactory
 from prometheus_client.parser import text_string_to_metric_families
 
 from saber import __version__
@@ -20,6 +20,7 @@ from saber.gateway import RunningGateway
 from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.scheduler import SchedRequest
 from saber.sim.http import RunningSim, serve_in_thread
+from saber.testing import wait_until
 
 FAST_SCRAPES = {"backend.metrics_interval_s": 0.1}
 LONG = {"prompt": "x", "max_tokens": 20_000, "ignore_eos": True, "stream": True}

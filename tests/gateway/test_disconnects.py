@@ -14,11 +14,12 @@ import time
 
 import httpx
 import pytest
-from gateway_support import GatewayFactory, metric_value, sim_running, wait_until
+from gateway_support import GatewayFactory, sim_running
 
 from saber.gateway import RunningGateway
 from saber.scheduler import Action
 from saber.sim.http import RunningSim
+from saber.testing import metric_value, wait_until
 
 LONG = 5000  # tokens: seconds of generation even at the test time scale
 

@@ -8,10 +8,11 @@ import json
 import httpx
 import openai
 import pytest
-from gateway_support import GatewayFactory, metric_value
+from gateway_support import GatewayFactory
 
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
+from saber.testing import metric_value
 
 
 def assert_openai_error(resp: httpx.Response, status: int, param: str | None = None) -> dict:

@@ -7,11 +7,12 @@ import json
 
 import httpx
 import pytest
-from gateway_support import GatewayFactory, metric_value, sim_running, wait_until
+from gateway_support import GatewayFactory, sim_running
 from openai import OpenAI
 
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
+from saber.testing import metric_value, wait_until
 
 MESSAGES = [{"role": "user", "content": "Write a function that reverses a string."}]
 

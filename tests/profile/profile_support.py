@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -15,7 +13,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
 from saber.engine import PAPER, Engine, EngineRequest
 from saber.profile.cli import main
@@ -121,26 +118,3 @@ def sim_process(time_scale: float, *extra: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-@contextlib.contextmanager
-def serve_app(app: object) -> Iterator[str]:
-    """Any ASGI app under uvicorn on 127.0.0.1, in a thread; yields its URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, log_config=None)  # type: ignore[arg-type]
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("test server did not start")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from profile_support import run_cli, serve_app
+from profile_support import run_cli
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -20,7 +20,7 @@ from starlette.routing import Route
 from saber.profile import points_path
 from saber.sim.http import RunningSim, serve_in_thread
 from saber.speed import load_profile
-from saber.testing import free_port
+from saber.testing import free_port, serve_app
 
 
 def one_error_line(err: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -11,13 +10,16 @@ from typing import Any
 import httpx
 from openai import OpenAI
 
-from saber.testing import EngineGateway, scrape
+from saber.testing import EngineGateway, EngineProcess, scrape, wait_until
 
 IN_FLIGHT = "saber_requests_in_flight"
 BACKEND_RUNNING = "saber_backend_requests_running"
 # The gateway reads the engine's /metrics every second (backend.metrics_interval_s), with
 # a 1 s timeout that a busy 2-core machine can exceed for many reads in a row.
 MIRROR_S = 20.0
+PROMPT = "def grungthoproom(shainshio):\n    return"
+MESSAGES = [{"role": "user", "content": "Pex nartpre prim wim?"}]
+IGNORE_EOS = {"ignore_eos": True}
 
 
 def client_for(base_url: str) -> OpenAI:
@@ -30,15 +32,6 @@ def client_for(base_url: str) -> OpenAI:
     )
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
-
-
 def settles_to(base_url: str, name: str, value: float, timeout: float) -> bool:
     """Whether the metric ``name`` at ``base_url`` reads ``value`` within ``timeout``; a
     read that fails or is slow (a busy engine answers /metrics late) counts as not yet."""
@@ -49,7 +42,7 @@ def settles_to(base_url: str, name: str, value: float, timeout: float) -> bool:
         except httpx.HTTPError:
             return False
 
-    return wait_until(reads_value, timeout)
+    return wait_until(reads_value, timeout, step=0.05)
 
 
 def backend_status(gw: EngineGateway) -> dict[str, Any]:
@@ -105,3 +98,61 @@ class StreamReader:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def direct_prompt_tokens(engine: EngineProcess, **request: Any) -> int:
+    """What the engine itself counts for the prompt of ``request`` (sent straight to it)."""
+    client = client_for(engine.base_url + "/v1")
+    if "messages" in request:
+        reply = client.chat.completions.create(model=engine.model, max_tokens=1, **request)
+    else:
+        reply = client.completions.create(model=engine.model, max_tokens=1, **request)
+    assert reply.usage is not None
+    return reply.usage.prompt_tokens
+
+
+# The checks both engines must pass the same way through the gateway; each tier's own
+# file adds what differs (usage shapes, metric names, errors).
+
+
+def check_chat(gw: EngineGateway) -> Any:
+    """A chat completion with exact usage; returns the reply for engine-specific checks."""
+    engine = gw.engine
+    reply = client_for(gw.api_url).chat.completions.create(
+        model=engine.model, messages=MESSAGES, max_tokens=24, extra_body=IGNORE_EOS
+    )
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].message.content
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None
+    assert reply.usage.completion_tokens == 24
+    assert reply.usage.prompt_tokens == direct_prompt_tokens(engine, messages=MESSAGES)
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 24
+    return reply
+
+
+def check_completions(gw: EngineGateway) -> None:
+    engine = gw.engine
+    reply = client_for(gw.api_url).completions.create(
+        model=engine.model, prompt=PROMPT, max_tokens=17, extra_body=IGNORE_EOS
+    )
+    assert reply.choices[0].text
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None
+    assert reply.usage.completion_tokens == 17
+    assert reply.usage.prompt_tokens == direct_prompt_tokens(engine, prompt=PROMPT)
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 17
+
+
+def check_ignore_eos_lengths(gw: EngineGateway, max_tokens: int) -> None:
+    client = client_for(gw.api_url)
+    model = gw.engine.model
+    chat = client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=max_tokens, extra_body=IGNORE_EOS
+    )
+    text = client.completions.create(
+        model=model, prompt=PROMPT, max_tokens=max_tokens, extra_body=IGNORE_EOS
+    )
+    assert chat.usage is not None and text.usage is not None
+    assert chat.usage.completion_tokens == max_tokens
+    assert text.usage.completion_tokens == max_tokens

@@ -15,81 +15,43 @@ import openai
 import pytest
 from real_support import (
     BACKEND_RUNNING,
+    IGNORE_EOS,
     IN_FLIGHT,
+    MESSAGES,
     MIRROR_S,
+    PROMPT,
     StreamReader,
     backend_status,
+    check_chat,
+    check_completions,
+    check_ignore_eos_lengths,
     client_for,
+    direct_prompt_tokens,
     settles_to,
     wait_until,
 )
 
-from saber.testing import EngineGateway, EngineProcess, scrape
+from saber.testing import EngineGateway, scrape
 
 pytestmark = pytest.mark.llamacpp
 
 PROCESSING = "llamacpp:requests_processing"
-PROMPT = "def grungthoproom(shainshio):\n    return"
-MESSAGES = [{"role": "user", "content": "Pex nartpre prim wim?"}]
-IGNORE_EOS = {"ignore_eos": True}
 OUTCOMES = "saber_requests_total"
 # Tens of seconds on 2 cores: still running whenever a test looks, however busy the machine.
 LONG = 12000
 
 
-def direct_prompt_tokens(engine: EngineProcess, **request: object) -> int:
-    """What llama-server itself counts for the prompt of ``request`` (sent straight to it)."""
-    client = client_for(engine.base_url + "/v1")
-    if "messages" in request:
-        reply = client.chat.completions.create(model=engine.model, max_tokens=1, **request)
-    else:
-        reply = client.completions.create(model=engine.model, max_tokens=1, **request)
-    assert reply.usage is not None
-    return reply.usage.prompt_tokens
-
-
 def test_chat(llamacpp_gateway: EngineGateway) -> None:
-    engine = llamacpp_gateway.engine
-    client = client_for(llamacpp_gateway.api_url)
-    reply = client.chat.completions.create(
-        model=engine.model, messages=MESSAGES, max_tokens=24, extra_body=IGNORE_EOS
-    )
-    assert reply.choices[0].message.role == "assistant"
-    assert reply.choices[0].message.content
-    assert reply.choices[0].finish_reason == "length"
-    assert reply.usage is not None
-    assert reply.usage.completion_tokens == 24
-    assert reply.usage.prompt_tokens == direct_prompt_tokens(engine, messages=MESSAGES)
-    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 24
+    check_chat(llamacpp_gateway)
 
 
 def test_completions(llamacpp_gateway: EngineGateway) -> None:
-    engine = llamacpp_gateway.engine
-    client = client_for(llamacpp_gateway.api_url)
-    reply = client.completions.create(
-        model=engine.model, prompt=PROMPT, max_tokens=17, extra_body=IGNORE_EOS
-    )
-    assert reply.choices[0].text
-    assert reply.choices[0].finish_reason == "length"
-    assert reply.usage is not None
-    assert reply.usage.completion_tokens == 17
-    assert reply.usage.prompt_tokens == direct_prompt_tokens(engine, prompt=PROMPT)
-    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 17
+    check_completions(llamacpp_gateway)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 9, 64])
 def test_ignore_eos_lengths_are_exact(llamacpp_gateway: EngineGateway, max_tokens: int) -> None:
-    client = client_for(llamacpp_gateway.api_url)
-    model = llamacpp_gateway.engine.model
-    chat = client.chat.completions.create(
-        model=model, messages=MESSAGES, max_tokens=max_tokens, extra_body=IGNORE_EOS
-    )
-    text = client.completions.create(
-        model=model, prompt=PROMPT, max_tokens=max_tokens, extra_body=IGNORE_EOS
-    )
-    assert chat.usage is not None and text.usage is not None
-    assert chat.usage.completion_tokens == max_tokens
-    assert text.usage.completion_tokens == max_tokens
+    check_ignore_eos_lengths(llamacpp_gateway, max_tokens)
 
 
 def test_completions_stream_with_usage(llamacpp_gateway: EngineGateway) -> None:

@@ -14,23 +14,27 @@ import openai
 import pytest
 from real_support import (
     BACKEND_RUNNING,
+    IGNORE_EOS,
     IN_FLIGHT,
+    MESSAGES,
     MIRROR_S,
+    PROMPT,
     StreamReader,
     backend_status,
+    check_chat,
+    check_completions,
+    check_ignore_eos_lengths,
     client_for,
+    direct_prompt_tokens,
     settles_to,
     wait_until,
 )
 
-from saber.testing import EngineGateway, EngineProcess, scrape
+from saber.testing import EngineGateway, scrape
 
 pytestmark = pytest.mark.vllm
 
 RUNNING = "vllm:num_requests_running"
-PROMPT = "def grungthoproom(shainshio):\n    return"
-MESSAGES = [{"role": "user", "content": "Pex nartpre prim wim?"}]
-IGNORE_EOS = {"ignore_eos": True}
 # Nearly all of the 16,384 positions the tests' vLLM allows: a minute or so at the few
 # hundred tokens/s a stream gets on 2 cores, so that a test finds the request still
 # running however slowly the busy machine answers its requests for metrics.
@@ -39,60 +43,18 @@ OUTCOMES = "saber_requests_total"
 GENERATED = "vllm:generation_tokens_total"
 
 
-def direct_prompt_tokens(engine: EngineProcess, **request: object) -> int:
-    """What vLLM itself counts for the prompt of ``request`` (sent straight to it)."""
-    client = client_for(engine.base_url + "/v1")
-    if "messages" in request:
-        reply = client.chat.completions.create(model=engine.model, max_tokens=1, **request)
-    else:
-        reply = client.completions.create(model=engine.model, max_tokens=1, **request)
-    assert reply.usage is not None
-    return reply.usage.prompt_tokens
-
-
 def test_chat(vllm_gateway: EngineGateway) -> None:
-    engine = vllm_gateway.engine
-    client = client_for(vllm_gateway.api_url)
-    reply = client.chat.completions.create(
-        model=engine.model, messages=MESSAGES, max_tokens=24, extra_body=IGNORE_EOS
-    )
-    assert reply.model == engine.model
-    assert reply.choices[0].message.role == "assistant"
-    assert reply.choices[0].message.content
-    assert reply.choices[0].finish_reason == "length"
-    assert reply.usage is not None
-    assert reply.usage.completion_tokens == 24
-    assert reply.usage.prompt_tokens == direct_prompt_tokens(engine, messages=MESSAGES)
-    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 24
+    reply = check_chat(vllm_gateway)
+    assert reply.model == vllm_gateway.engine.model
 
 
 def test_completions(vllm_gateway: EngineGateway) -> None:
-    engine = vllm_gateway.engine
-    client = client_for(vllm_gateway.api_url)
-    reply = client.completions.create(
-        model=engine.model, prompt=PROMPT, max_tokens=17, extra_body=IGNORE_EOS
-    )
-    assert reply.choices[0].text
-    assert reply.choices[0].finish_reason == "length"
-    assert reply.usage is not None
-    assert reply.usage.completion_tokens == 17
-    assert reply.usage.prompt_tokens == direct_prompt_tokens(engine, prompt=PROMPT)
-    assert reply.usage.total_tokens == reply.usage.prompt_tokens + 17
+    check_completions(vllm_gateway)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 9, 64])
 def test_ignore_eos_lengths_are_exact(vllm_gateway: EngineGateway, max_tokens: int) -> None:
-    client = client_for(vllm_gateway.api_url)
-    model = vllm_gateway.engine.model
-    chat = client.chat.completions.create(
-        model=model, messages=MESSAGES, max_tokens=max_tokens, extra_body=IGNORE_EOS
-    )
-    text = client.completions.create(
-        model=model, prompt=PROMPT, max_tokens=max_tokens, extra_body=IGNORE_EOS
-    )
-    assert chat.usage is not None and text.usage is not None
-    assert chat.usage.completion_tokens == max_tokens
-    assert text.usage.completion_tokens == max_tokens
+    check_ignore_eos_lengths(vllm_gateway, max_tokens)
 
 
 def test_chat_stream_with_usage(vllm_gateway: EngineGateway) -> None:

@@ -20,8 +20,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from saber.profile.points import Point
-from saber.speed import MODELS, FitError, FitReport, TTFTFit, fit_all, fit_model
-from saber.speed._select import USL_TIE, rank
+from saber.speed import MODELS, USL_TIE, FitError, FitReport, TTFTFit, fit_all, fit_model, rank
 
 __all__ = ["USL_TIE", "SpeedFits", "choose_held_out", "fit_speed", "fit_ttft"]
 

@@ -25,12 +25,13 @@ from saber.speed._profile import (
     summarize_points,
 )
 from saber.speed._registry import MODELS, fit_model
-from saber.speed._select import FitReport, fit_all
+from saber.speed._select import USL_TIE, FitReport, fit_all, rank
 from saber.speed._usl import USLModel
 
 __all__ = [
     "MODELS",
     "SPEED_FLOOR",
+    "USL_TIE",
     "BackendInfo",
     "FitError",
     "FitReport",
@@ -54,6 +55,7 @@ __all__ = [
     "load_profile",
     "mape",
     "r2_score",
+    "rank",
     "save_profile",
     "summarize_points",
 ]

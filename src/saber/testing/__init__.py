@@ -13,6 +13,7 @@ from saber.testing._gguf import ensure_gguf_model
 from saber.testing._llamacpp import ensure_llama_server, start_llamacpp
 from saber.testing._metrics import metric_value, scrape
 from saber.testing._process import EngineProcess, EngineStartError, free_port
+from saber.testing._serve import serve_app, wait_until
 from saber.testing._vllm import ensure_hf_model, ensure_vllm_env, start_vllm
 
 __all__ = [
@@ -27,8 +28,10 @@ __all__ = [
     "free_port",
     "metric_value",
     "scrape",
+    "serve_app",
     "start_gateway",
     "start_llamacpp",
     "start_vllm",
+    "wait_until",
     "write_profile",
 ]
