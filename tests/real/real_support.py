@@ -14,8 +14,8 @@ from saber.testing import EngineGateway, EngineProcess, scrape, wait_until
 
 IN_FLIGHT = "saber_requests_in_flight"
 BACKEND_RUNNING = "saber_backend_requests_running"
-# The gateway reads the engine's /metrics every second (backend.metrics_interval_s), with
-# a 1 s timeout that a busy 2-core machine can exceed for many reads in a row.
+# The test gateways read the engine's /metrics every 5 s (tests/conftest.py); a read can
+# fail on a busy 2-core machine: a few chances.
 MIRROR_S = 20.0
 PROMPT = "def grungthoproom(shainshio):\n    return"
 MESSAGES = [{"role": "user", "content": "Pex nartpre prim wim?"}]
@@ -55,10 +55,8 @@ class StreamReader:
     """A streaming request read on a thread, as a live client reads it, until ``close()``
     (or the end of the ``with`` block) makes the client go away mid-stream.
 
-    It reads the SDK's raw response (``with_streaming_response``) and parses nothing: a
-    client that keeps up. vLLM does not wait for a slow reader; it generates ahead and
-    its API server then spends its time merging the unread output, so slowly that its
-    own /metrics stops answering (measured: 14 to 48 s) and the test would measure that.
+    It reads the SDK's raw response (``with_streaming_response``) and parses nothing, so
+    that the test process, which also reads metrics, stays light on 2 cores.
     """
 
     def __init__(self, open_stream: Callable[[], AbstractContextManager[Any]]) -> None:

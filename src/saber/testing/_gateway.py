@@ -1,9 +1,8 @@
 """A real saber-gateway, in its own process, in front of a real engine.
 
-Its own process, as in production, and not a thread of the test process: there, the
-test's SDK clients and the gateway's event loop share one GIL, and on a busy 2-core
-machine the gateway's connect timeouts fired and its /metrics took up to 48 s to
-answer while a test read a fast stream.
+Its own process, as in production, rather than a thread of the test process: there it
+would share one GIL with the test's SDK clients, which parse thousands of chunks, and
+its timeouts and answers would measure the test process as much as the gateway.
 """
 
 from __future__ import annotations

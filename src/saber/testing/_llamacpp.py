@@ -89,6 +89,7 @@ def start_llamacpp(
     threads: int = 2,
     startup_timeout_s: float = 60.0,
     nice: int = 0,
+    cpus: str | None = None,
 ) -> EngineProcess:
     """Prepare (if needed) and start llama-server on a free 127.0.0.1 port.
 
@@ -112,6 +113,12 @@ def start_llamacpp(
         "--no-webui",
     ]  # fmt: skip
     engine = EngineProcess(
-        "llamacpp", argv, port=port, model=model, startup_timeout_s=startup_timeout_s, nice=nice
+        "llamacpp",
+        argv,
+        port=port,
+        model=model,
+        startup_timeout_s=startup_timeout_s,
+        nice=nice,
+        cpus=cpus,
     )
     return engine.start()

@@ -43,7 +43,8 @@ class EngineProcess:
     ``start()`` returns once ``/health`` answers 200; ``stop()`` sends SIGTERM to the
     engine, then SIGKILL to its process group after ``grace_s``; ``restart()`` keeps the
     port, so a gateway pointed at it needs no change. Output goes to ``log_path``. A
-    positive ``nice`` lowers the engine's CPU priority.
+    positive ``nice`` lowers the engine's CPU priority; ``cpus`` (taskset's list, "0")
+    confines it and every process it starts to those CPUs.
     """
 
     def __init__(
@@ -57,13 +58,17 @@ class EngineProcess:
         startup_timeout_s: float = 60.0,
         log_path: Path | None = None,
         nice: int = 0,
+        cpus: str | None = None,
     ) -> None:
         self.kind = kind
         self.port = port
         self.model = model
         self.base_url = f"http://127.0.0.1:{port}"
-        # ``nice`` execs the engine in its own place: the PID stays the engine's.
-        self.argv = ["nice", "-n", str(nice), *argv] if nice else list(argv)
+        # ``nice`` and ``taskset`` exec the engine in their place: the PID stays the engine's,
+        # and the processes it starts inherit both.
+        prefix = ["nice", "-n", str(nice)] if nice else []
+        prefix += ["taskset", "-c", cpus] if cpus else []
+        self.argv = [*prefix, *argv]
         self.env = dict(os.environ if env is None else env)
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path or cache_dir() / "logs" / f"{kind}-{os.getpid()}-{port}.log"

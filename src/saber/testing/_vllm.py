@@ -96,6 +96,7 @@ def start_vllm(
     seed: int = 0,
     startup_timeout_s: float = 240.0,
     nice: int = 0,
+    cpus: str | None = None,
 ) -> EngineProcess:
     """Prepare (if needed) and start vLLM on a free 127.0.0.1 port, serving ``model``."""
     python = ensure_vllm_env()
@@ -119,5 +120,6 @@ def start_vllm(
         env=vllm_env(),
         startup_timeout_s=startup_timeout_s,
         nice=nice,
+        cpus=cpus,
     )
     return engine.start()
