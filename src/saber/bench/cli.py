@@ -2,6 +2,7 @@
 
 saber-bench sim [--quick] [--format table|markdown|json] [--out DIR]
 saber-bench profile --preset paper --out profiles/saber-sim-paper.json
+saber-bench real --engine URL --gateway URL --model NAME [--rps R] [--requests N]
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from rich.console import Console
 from saber.bench._grid import OPTIONS, VARIANTS, Sweep, parse_variant
 from saber.bench._offline import DEFAULT_LEVELS, fit_variants, profile_engine
 from saber.bench._plots import write_all
+from saber.bench._real_cmd import add_parser as add_real_parser
+from saber.bench._real_cmd import cmd_real
 from saber.bench._report import markdown, to_json
 from saber.bench._runner import run_sweep
 from saber.bench._summary import summarize_cells, summarize_workloads
@@ -84,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--points", type=int, default=1000, help="about this many points")
     prof.add_argument("--kind", choices=sorted(MODELS), help="force a model (default: best)")
     prof.add_argument("--out", type=Path, required=True, help="profile JSON to write")
+    add_real_parser(sub)
     return parser
 
 
@@ -180,7 +184,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"sim": cmd_sim, "profile": cmd_profile}[args.command]
+    handler = {"sim": cmd_sim, "profile": cmd_profile, "real": cmd_real}[args.command]
     return handler(args)
 
 

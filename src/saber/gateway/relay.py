@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import aiohttp
 import httpx
 
 from saber.config import BackendSettings
@@ -108,12 +109,26 @@ def classify(exc: httpx.HTTPError, *, streaming: bool) -> BackendFailure:
     )
 
 
+def _dropped_connection(exc: httpx.HTTPError) -> bool:
+    """The connection broke before an answer, after it had been made: a reused one the
+    server had closed (aiohttp's disconnect or failed write; httpx's own errors)."""
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.WriteError):
+        return True
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(cause, aiohttp.ClientOSError) and not isinstance(
+        cause, aiohttp.ClientConnectorError
+    )
+
+
 def _name(exc: Exception) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 KEEPALIVE_EXPIRY_S = 4.0
+RESENDS = 3
 
 
 def make_client(
@@ -172,11 +187,21 @@ class Upstream:
         )
 
     async def open(self, request: httpx.Request) -> httpx.Response:
-        """Send, and return as soon as the status and headers are in."""
-        try:
-            return await self.client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise classify(exc, streaming=False) from exc
+        """Send, and return as soon as the status and headers are in.
+
+        A kept-alive connection that the backend has already dropped fails before any
+        answer; the request is sent again, up to RESENDS times, as the pool may hold
+        more dead ones. llama-server drops them without notice when its HTTP threads
+        are all taken (its extra threads serve one request each), and no engine starts
+        work on a request whose connection is gone.
+        """
+        for attempt in range(RESENDS + 1):
+            try:
+                return await self.client.send(request, stream=True)
+            except httpx.HTTPError as exc:
+                if attempt == RESENDS or not _dropped_connection(exc):
+                    raise classify(exc, streaming=False) from exc
+        raise AssertionError("unreachable")
 
     async def get_json(self, path: str, timeout: float | None = None) -> tuple[int, object]:
         """A small GET (models, health) with the backend's key."""

@@ -11,6 +11,7 @@ from saber.testing._cache import cache_dir
 from saber.testing._gateway import EngineGateway, start_gateway, write_profile
 from saber.testing._gguf import ensure_gguf_model
 from saber.testing._llamacpp import ensure_llama_server, start_llamacpp
+from saber.testing._loop import LoopReport, real_loop
 from saber.testing._metrics import metric_value, scrape
 from saber.testing._process import EngineProcess, EngineStartError, free_port
 from saber.testing._serve import serve_app, wait_until
@@ -20,6 +21,7 @@ __all__ = [
     "EngineGateway",
     "EngineProcess",
     "EngineStartError",
+    "LoopReport",
     "cache_dir",
     "ensure_gguf_model",
     "ensure_hf_model",
@@ -27,6 +29,7 @@ __all__ = [
     "ensure_vllm_env",
     "free_port",
     "metric_value",
+    "real_loop",
     "scrape",
     "serve_app",
     "start_gateway",

@@ -57,11 +57,17 @@ class EngineGateway:
 
 
 def start_gateway(
-    engine: EngineProcess, profile: Path, *, startup_timeout_s: float = 60.0, **overrides: Any
+    engine: EngineProcess,
+    profile: Path,
+    *,
+    config: Path | None = None,
+    startup_timeout_s: float = 60.0,
+    **overrides: Any,
 ) -> EngineGateway:
-    """Start saber-gateway (the shipped config) for ``engine``; ``overrides`` are dotted
-    settings (``**{"backend.read_timeout_s": 60}``). The engine must be up: start-up
-    returns at the gateway's first 200 on /health, which asks the engine's."""
+    """Start saber-gateway for ``engine``, with ``config`` (default: the shipped one);
+    ``overrides`` are dotted settings (``**{"backend.read_timeout_s": 60}``). The engine
+    must be up: start-up returns at the gateway's first 200 on /health, which asks the
+    engine's."""
     port = free_port()
     env = {**os.environ, **setting_env(overrides)}
     argv = [
@@ -71,6 +77,7 @@ def start_gateway(
         "--host", "127.0.0.1",
         "--port", str(port),
         "--log-level", "info",  # one JSON line per request, in the log file
+        *(["--config", str(config)] if config else []),
     ]  # fmt: skip
     process = EngineProcess(
         "gateway",

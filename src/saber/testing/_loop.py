@@ -1,0 +1,126 @@
+"""The real loop on a live engine: profile it, set SLAs for its speed, put a gateway in
+front with the profile just fitted, and replay one stream above capacity both ways.
+
+The paper's SLAs (Table I) were set for a GPU; on a tiny model on 2 cores they would
+be met by everything or by nothing. So the task types are rescaled (``rescale_tasks``):
+output lengths times ``output_scale``, and each SLA is met up to the same load on this
+engine as on the paper's (the shipped saber-sim profile). Prompts shrink more
+(``input_scale``): a CPU prefills a tiny model slowly next to how it decodes, which a
+GPU does not, and long prompts would make TTFT the whole story.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from saber.bench._real import rescale_tasks
+from saber.bench.cli import main as bench_main
+from saber.config import DEFAULT_PROFILE_DIR, TaskType, load_tasks, load_workloads
+from saber.profile.cli import main as profile_main
+from saber.speed import Profile, load_profile
+from saber.testing._gateway import start_gateway
+from saber.testing._process import EngineProcess
+
+REFERENCE_PROFILE = DEFAULT_PROFILE_DIR / "saber-sim-paper.json"  # the engine Table I fits
+# A slow engine can be overwhelmed for minutes: the gateway waits that long for it.
+GATEWAY_SETTINGS = {"backend": {"read_timeout_s": 300.0, "connect_timeout_s": 30.0}}
+
+
+@dataclass
+class LoopReport:
+    profile: Profile
+    rps: float
+    capacity_rps: float
+    tasks: dict[str, TaskType]
+    real: dict[str, Any]  # what saber-bench real wrote: short_sla_tasks, summaries, runs
+
+    def summary(self, run: str) -> dict[str, Any]:
+        return next(s for s in self.real["summaries"] if s["run"] == run)
+
+
+def capacity_rps(profile: Profile, tasks: dict[str, TaskType], mix: dict[str, float]) -> float:
+    """Requests/s the engine can finish at best: its peak aggregate speed, L * f(L) over
+    the profiled loads, over the mix's mean output length."""
+    model = profile.speed_model()
+    loads = np.arange(1, int(profile.points.load_max) + 1, dtype=float)
+    peak = float(np.max(loads * model.predict(loads)))
+    mean_out = sum(share * tasks[name].mean_output_tokens for name, share in mix.items())
+    return peak / mean_out
+
+
+def write_tasks(tasks: dict[str, TaskType], path: Path, **settings: Any) -> Path:
+    body = {name: t.model_dump(exclude={"name"}, exclude_none=True) for name, t in tasks.items()}
+    path.write_text(yaml.safe_dump({**settings, "tasks": body}, sort_keys=False))
+    return path
+
+
+def real_loop(
+    engine: EngineProcess,
+    workdir: Path,
+    *,
+    workload: str = "W3",
+    input_scale: float = 0.1,
+    output_scale: float = 0.5,
+    levels: str = "1,2,4,8,16,32",
+    requests_per_level: int = 20,
+    overload: float = 2.5,
+    requests: int = 100,
+    seed: int = 0,
+    profile: Path | None = None,
+    settings: dict[str, Any] | None = None,
+) -> LoopReport:
+    """Profile ``engine`` (or take ``profile``, made by an earlier run on the same engine
+    and scales), start a gateway with that profile, rescaled SLAs and ``settings`` (its
+    config file's keys), and run ``saber-bench real`` at ``overload`` times the profiled
+    capacity. The gateway is stopped on the way out; the engine is left running."""
+    paper = load_tasks()
+    mix = load_workloads(tasks=paper)[workload].mix
+    if profile is None:
+        sized = rescale_tasks(paper, input_scale=input_scale, output_scale=output_scale)
+        profile = workdir / "profile.json"
+        _run(
+            profile_main,
+            "--base-url", engine.base_url, "--model", engine.model,
+            "--tasks", str(write_tasks(sized, workdir / "lengths.yaml")),
+            "--workload", workload, "--levels", levels,
+            "--requests-per-level", str(requests_per_level), "--out", str(profile),
+            "--no-progress",
+        )  # fmt: skip
+    fitted = load_profile(profile)
+    tasks = rescale_tasks(
+        paper,
+        input_scale=input_scale,
+        output_scale=output_scale,
+        reference=load_profile(REFERENCE_PROFILE).speed_model(),
+        target=fitted.speed_model(),
+        max_load=fitted.points.load_max,
+    )
+    config = write_tasks(tasks, workdir / "gateway.yaml", **GATEWAY_SETTINGS | (settings or {}))
+    capacity = capacity_rps(fitted, tasks, mix)
+    rps = overload * capacity
+    gateway = start_gateway(engine, profile, config=config)
+    try:
+        result = workdir / "real.json"
+        _run(
+            bench_main,
+            "real", "--engine", engine.base_url, "--gateway", gateway.url,
+            "--model", engine.model, "--tasks", str(config), "--workload", workload,
+            "--rps", f"{rps:.3f}", "--requests", str(requests), "--seed", str(seed),
+            "--out", str(result),
+        )  # fmt: skip
+    finally:
+        gateway.stop()
+    return LoopReport(fitted, rps, capacity, tasks, json.loads(result.read_text()))
+
+
+def _run(main: Callable[[list[str]], int], *argv: str) -> None:
+    code = main(list(argv))
+    if code != 0:
+        raise RuntimeError(f"{main.__module__} {' '.join(argv)}: exit {code}")

@@ -1,0 +1,60 @@
+"""The real loop on genuine llama.cpp: saber-profile fits the engine, a gateway starts with
+that profile, and one seeded Poisson stream above capacity goes through the gateway and
+straight to the engine (``saber.testing.real_loop``, as ``bench/real_loop.py`` runs it).
+
+The gateway must keep fewer requests in flight at the engine, and meet the SLA of a
+larger share of the short-SLA requests (code_qna, code_summary). Run with
+``.venv/bin/pytest -q -m llamacpp tests/real/test_real_loop_llamacpp.py -s`` to see
+the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from saber.testing import EngineProcess, real_loop, start_llamacpp
+
+pytestmark = pytest.mark.llamacpp
+
+
+@pytest.fixture(scope="module")
+def roomy_engine() -> Iterator[EngineProcess]:
+    """32 slots of 2,048 positions: the longest request of the mix fits in any slot."""
+    engine = start_llamacpp(parallel=32, ctx=65536)
+    yield engine
+    engine.stop()
+
+
+def test_gateway_beats_the_bare_engine_above_capacity(
+    roomy_engine: EngineProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = real_loop(roomy_engine, tmp_path)
+    direct, gateway = report.summary("direct"), report.summary("gateway")
+    with capsys.disabled():
+        print(
+            f"\nprofile {report.profile.kind} {report.profile.params} R^2={report.profile.r2:.3f}; "
+            f"capacity {report.capacity_rps:.2f} req/s, sent {report.rps:.2f} req/s"
+        )
+        for s in (direct, gateway):
+            print(
+                f"{s['run']:8s} in flight mean {s['engine_in_flight_mean']:.1f} "
+                f"max {s['engine_in_flight_max']:.0f}; short-SLA goodput "
+                f"{s['short_sla_goodput']:.1%}; goodput {s['goodput']:.1%}; errors {s['errors']}"
+            )
+    assert report.real["short_sla_tasks"] == ["code_qna", "code_summary"]
+    assert direct["requests"] == gateway["requests"] == 100
+    assert direct["samples"] > 20 and gateway["samples"] > 20
+    # Above capacity, the bare engine takes everything in, and everything slows down.
+    assert direct["engine_in_flight_max"] > 32  # past its 32 slots: requests wait inside
+    assert gateway["engine_in_flight_mean"] < direct["engine_in_flight_mean"]
+    assert gateway["engine_in_flight_max"] < direct["engine_in_flight_max"]
+    assert gateway["short_sla_goodput"] > direct["short_sla_goodput"]
+    # Every request was answered; the gateway's only refusals are demoted requests that
+    # waited past lpq_timeout_s.
+    runs = {run["name"]: run["served"] for run in report.real["runs"]}
+    errors = [s["error"] for s in runs["gateway"] if s["error"]]
+    assert all("low-priority queue limit" in e for e in errors), errors
+    assert not any(s["error"] for s in runs["direct"])
