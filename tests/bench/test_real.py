@@ -12,13 +12,14 @@ import httpx
 import pytest
 import yaml
 
-from saber.bench._real import rescale_tasks
+from saber.bench._real import rescale_tasks, short_sla_tasks
 from saber.bench.cli import main
-from saber.config import load_gateway_config, load_tasks
+from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.gateway import RunningGateway, settings_from_config, start_in_thread
 from saber.sim.http import RunningSim, serve_in_thread
 from saber.speed import USLModel
 from saber.testing import metric_value, wait_until, write_profile
+from saber.workload import generate_trace
 
 PAPER = USLModel(lam=130.0, sigma=0.048, kappa=0.00015)  # flat: a GPU batches well
 CPU = USLModel(lam=300.0, sigma=1.0, kappa=0.002)  # steep: a CPU does not
@@ -127,3 +128,13 @@ def test_real_says_when_nothing_listens(tmp_path: Path) -> None:
                 "--model", "m", "--requests", "8",
             ]
         )  # fmt: skip
+
+
+def test_short_sla_tasks_are_those_below_the_widest_gap() -> None:
+    paper = load_tasks()
+    trace = generate_trace(load_workloads(tasks=paper)["W3"], paper, rps=1.0, n=40, seed=0)
+    assert short_sla_tasks(trace, paper) == {"code_qna", "code_summary"}
+    # Rescaled for a steep CPU curve the two short SLAs differ; they are still the short ones.
+    cpu = rescale_tasks(paper, input_scale=0.1, output_scale=0.5, reference=PAPER, target=CPU)
+    assert cpu["code_qna"].sla_s != cpu["code_summary"].sla_s
+    assert short_sla_tasks(trace, cpu) == {"code_qna", "code_summary"}

@@ -270,6 +270,7 @@ def _finish(
                 r2=r.r2,
                 mape=r.mape,
                 level_r2=fits.level_r2.get(r.kind),
+                in_sample_r2=fits.in_sample_r2.get(r.kind),
             )
             for r in fits.reports
         ],

@@ -6,8 +6,11 @@ measure interpolation, not how well a curve passes through the points it was
 fitted to. By default every interior level is left out in turn (leave one level
 out) and the predictions for all of them are scored together; a single split
 scored on two levels would let one noisy level decide the ranking. Each model is
-then refitted on every point. The ranking is ``saber.speed``'s: best held-out
-R^2 first, and USL, the paper's model, wins unless another model beats it by
+then refitted on every point. A model is ranked by the lower of its held-out R^2
+and its R^2 on every point after the refit: a curve must predict the levels it
+did not see and also pass through the ones it did (leaving out interior levels
+never tests the lowest, where a CPU engine's single request can run well above
+the trend). USL, the paper's model, wins unless another model beats it by
 ``USL_TIE`` (0.005) or more.
 """
 
@@ -20,7 +23,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from saber.profile.points import Point
-from saber.speed import MODELS, USL_TIE, FitError, FitReport, TTFTFit, fit_all, fit_model, rank
+from saber.speed import MODELS, USL_TIE, FitError, FitReport, TTFTFit, fit_all, fit_model
 
 __all__ = ["USL_TIE", "SpeedFits", "choose_held_out", "fit_speed", "fit_ttft"]
 
@@ -40,6 +43,8 @@ class SpeedFits:
     level_r2: dict[str, float] = field(default_factory=dict)
     """Per model, R^2 of the scored levels' mean speeds: how well the curve follows the
     load, apart from the spread between requests at one load (a task mix's, mostly)."""
+    in_sample_r2: dict[str, float] = field(default_factory=dict)
+    """Per model, R^2 on every point of the model refitted on all of them."""
 
     @property
     def best(self) -> FitReport:
@@ -85,7 +90,7 @@ def fit_speed(points: Sequence[Point], held_out: Sequence[int] | None = None) ->
     if not folds:
         reports = fit_all(loads, speeds, holdout=0.0)
         means = {r.kind: _level_r2(levels, speeds, r.model.predict(loads)) for r in reports}
-        return SpeedFits(reports, [], level_r2=means)
+        return SpeedFits(reports, [], level_r2=means, in_sample_r2={r.kind: r.r2 for r in reports})
     predictions: dict[str, np.ndarray] = {}
     fitted_every_fold: set[str] | None = None
     for fold in folds:
@@ -99,6 +104,7 @@ def fit_speed(points: Sequence[Point], held_out: Sequence[int] | None = None) ->
     scored = np.isin(levels, held)
     reports = []
     means = {}
+    in_sample = {}
     for kind in MODELS:  # a model that cannot be fitted on some fold is not scored
         if kind not in (fitted_every_fold or set()):
             continue
@@ -109,9 +115,21 @@ def fit_speed(points: Sequence[Point], held_out: Sequence[int] | None = None) ->
         actual, predicted = speeds[scored], predictions[kind][scored]
         reports.append(FitReport(kind, model, _r2(actual, predicted), _mape(actual, predicted)))
         means[kind] = _level_r2(levels[scored], actual, predicted)
+        in_sample[kind] = _r2(speeds, model.predict(loads))
     if not reports:
         raise FitError("no speed model could be fitted on every fold and on all the points")
-    return SpeedFits(rank(reports), held, cross_validated=held_out is None, level_r2=means)
+    ranked = sorted(
+        reports,
+        key=lambda r: min(r.r2, in_sample[r.kind]) + (USL_TIE if r.kind == "usl" else 0.0),
+        reverse=True,
+    )
+    return SpeedFits(
+        ranked,
+        held,
+        cross_validated=held_out is None,
+        level_r2=means,
+        in_sample_r2=in_sample,
+    )
 
 
 def _level_r2(levels: np.ndarray, actual: np.ndarray, predicted: np.ndarray) -> float:

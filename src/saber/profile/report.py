@@ -50,19 +50,22 @@ def levels_table(recorded: Recorded, held_out: Sequence[int] = ()) -> Table:
 
 
 def fits_table(fits: SpeedFits) -> Table:
-    """Every speed model: held-out R^2 and MAPE, its parameters, and which one was kept."""
+    """Every speed model: held-out and in-sample R^2, MAPE, its parameters, and which one
+    was kept."""
     table = Table(title=f"Speed models, scored {fits.scoring}")
-    numbers = ("R^2", "MAPE", "R^2 of level means")
+    numbers = ("R^2", "MAPE", "R^2 of level means", "in-sample R^2")
     for column in ("model", *numbers, "f(1) tok/s", "parameters", ""):
         table.add_column(column, justify="right" if column in numbers else "left")
     for i, rep in enumerate(fits.reports):
         params = ", ".join(f"{k}={v:.4g}" for k, v in rep.model.params.items())
         level_r2 = fits.level_r2.get(rep.kind)
+        in_sample = fits.in_sample_r2.get(rep.kind)
         table.add_row(
             rep.kind,
             f"{rep.r2:.4f}",
             f"{100 * rep.mape:.2f}%",
             "-" if level_r2 is None else f"{level_r2:.4f}",
+            "-" if in_sample is None else f"{in_sample:.4f}",
             f"{rep.model.predict(1.0):.1f}",
             params,
             "kept" if i == 0 else "",

@@ -1,10 +1,12 @@
 """Robust, bounded, multi-start least squares shared by every speed model.
 
 Residuals are relative, (f(L) - y) / m with m the median speed at that load
-level, because decode-speed noise is roughly multiplicative. The soft_l1 loss
-bounds the pull of outliers; its scale is first a generous 10%, then
-re-estimated from the best start's residuals (MAD) for a final polish, so it
-adapts to how noisy the profile really is. A polish that runs out of
+level, because decode-speed noise is roughly multiplicative. Starts compete in
+plain least squares on the level medians, which are robust already: a whole
+level is never an outlier. The polish on every point uses the soft_l1 loss,
+which bounds the pull of outlying points; its scale is the points' own spread
+around their level's median (MAD), so that it adapts to how noisy the profile
+really is and not to how badly a model misfits it. A polish that runs out of
 evaluations counts as converged only if the cost has stopped falling.
 """
 
@@ -20,7 +22,6 @@ from scipy.optimize import OptimizeResult, least_squares
 from saber.speed._data import FitData, FloatArray
 from saber.speed._errors import FitError
 
-_FIRST_SCALE = 0.1
 _SCALE_LIMITS = (0.002, 0.5)
 
 
@@ -51,7 +52,7 @@ def solve(problem: Problem, data: FitData) -> FloatArray:
         for start in problem.starts:
             full = np.clip(start, problem.lower, problem.upper)
             first = _Run(problem, full, data.level_loads, data.level_speeds, data.level_speeds)
-            result = first(full[problem.free], _FIRST_SCALE, max_nfev=30, tol=1e-4)
+            result = first(full[problem.free], None, max_nfev=30, tol=1e-4)
             if result is not None and (best is None or result.cost < best[0]):
                 full[problem.free] = result.x
                 best = (result.cost, full)
@@ -60,7 +61,7 @@ def solve(problem: Problem, data: FitData) -> FloatArray:
         full = best[1]
         polish = _Run(problem, full, data.loads, data.speeds, data.typical)
         x0 = full[problem.free].copy()
-        spread = 1.4826 * float(np.median(np.abs(polish.residuals(x0))))
+        spread = 1.4826 * float(np.median(np.abs(data.speeds / data.typical - 1.0)))
         scale = float(np.clip(spread, *_SCALE_LIMITS))
         final = polish(x0, scale, max_nfev=400)
         if final is not None and final.status == 0:
@@ -96,8 +97,9 @@ class _Run:
         return jac * self._inv[:, None]
 
     def __call__(
-        self, x0: FloatArray, scale: float, max_nfev: int, tol: float = 1e-8
+        self, x0: FloatArray, scale: float | None, max_nfev: int, tol: float = 1e-8
     ) -> OptimizeResult | None:
+        """Least squares from ``x0``: soft_l1 at ``scale``, or plain with None."""
         try:
             result = least_squares(
                 self.residuals,
@@ -105,8 +107,8 @@ class _Run:
                 jac=self.jacobian,
                 bounds=(self._lower, self._upper),
                 method="trf",
-                loss="soft_l1",
-                f_scale=scale,
+                loss="linear" if scale is None else "soft_l1",
+                f_scale=1.0 if scale is None else scale,
                 x_scale="jac",
                 max_nfev=max_nfev,
                 ftol=tol,

@@ -107,7 +107,8 @@ class FitScore(BaseModel):
     """One speed model's fit during profiling, scored on held-out load levels.
 
     `r2` and `mape` are over the held-out requests; `level_r2` over the held-out
-    levels' mean speeds, which leaves out the spread between requests at one load.
+    levels' mean speeds, which leaves out the spread between requests at one load;
+    `in_sample_r2` over every point, of the model refitted on all of them.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -117,6 +118,7 @@ class FitScore(BaseModel):
     r2: FiniteFloat = Field(le=1.0)
     mape: FiniteFloat = Field(ge=0.0)
     level_r2: FiniteFloat | None = Field(default=None, le=1.0)
+    in_sample_r2: FiniteFloat | None = Field(default=None, le=1.0)
 
 
 class ProfilingInfo(BaseModel):
