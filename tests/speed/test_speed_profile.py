@@ -19,6 +19,7 @@ from saber.speed import (
     fit_model,
     load_profile,
     save_profile,
+    summarize_points,
 )
 
 Points = tuple[np.ndarray, np.ndarray]
@@ -47,6 +48,18 @@ def test_build_profile_scores_and_summarises(profile: Profile) -> None:
     assert sum(row.n for row in points.levels) == 200
     assert all(row.p10 <= row.mean_speed <= row.p90 for row in points.levels)
     assert profile.samples is not None and len(profile.samples) == 200
+
+
+def test_time_averaged_loads_summarise_by_the_level_held() -> None:
+    """saber-profile's loads are time averages just under the level held (1.9995 at 2):
+    the summary has one row per level, not one per equal-count bin."""
+    rng = np.random.default_rng(0)
+    levels = np.repeat([1.0, 2.0, 4.0, 8.0, 16.0, 32.0], 20)
+    loads = np.maximum(levels * (1.0 - rng.uniform(0.0, 0.001, levels.size)), 1.0)
+    speeds = 400.0 / levels * rng.uniform(0.95, 1.05, levels.size)
+    summary = summarize_points(loads, speeds)
+    assert [row.n for row in summary.levels] == [20] * 6
+    assert [round(row.load) for row in summary.levels] == [1, 2, 4, 8, 16, 32]
 
 
 def test_round_trip(profile: Profile, tmp_path: Path) -> None:

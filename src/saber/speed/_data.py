@@ -43,18 +43,26 @@ def as_points(
     return x, y
 
 
+LEVEL_TOLERANCE = 0.01
+
+
 def group_levels(loads: FloatArray, max_groups: int) -> list[NDArray[np.intp]]:
     """Index arrays of points sharing a load level, in increasing load order.
 
-    Measured loads are often time averages and so all distinct; past `max_groups`
-    distinct values the points are split into that many equal-count load bins.
+    Measured loads are often time averages, all distinct but close to the level that
+    was held (1.9995 and 1.9997 at level 2): loads within ``LEVEL_TOLERANCE`` of the
+    lowest load of their group share it. Past `max_groups` groups the points are
+    split into that many equal-count load bins.
     """
-    levels, inverse = np.unique(loads, return_inverse=True)
-    if levels.size <= max_groups:
-        order = np.argsort(inverse, kind="stable")
-        bounds = np.cumsum(np.bincount(inverse))[:-1]
-        return list(np.split(order, bounds))
-    return [chunk for chunk in np.array_split(np.argsort(loads, kind="stable"), max_groups)]
+    order = np.argsort(loads, kind="stable")
+    ordered = loads[order]
+    starts = [0]
+    for i in range(1, ordered.size):
+        if ordered[i] > ordered[starts[-1]] * (1.0 + LEVEL_TOLERANCE):
+            starts.append(i)
+    if len(starts) <= max_groups:
+        return list(np.split(order, starts[1:]))
+    return [chunk for chunk in np.array_split(order, max_groups)]
 
 
 @dataclass(frozen=True)
