@@ -174,11 +174,11 @@ async def replay(
             _sample(engine_url, engine_kind, start, sample_s, samples, done)
         )
 
-        async def one(req: TraceRequest) -> Served:
+        async def one(index: int, req: TraceRequest) -> Served:
             task = tasks[req.task]
             target = Target(url, f"{model}:{req.task}" if via_gateway else model, api_key=api_key)
             spec = RequestSpec(
-                make_prompt(req.task, req.prompt_tokens, offset=int(req.id[1:]) * 7),
+                make_prompt(req.task, req.prompt_tokens, offset=index * 7),
                 req.prompt_tokens,
                 req.max_tokens,
                 req.task,
@@ -191,7 +191,7 @@ async def replay(
                 return Served(req.id, req.task, task.sla_s, None, 0, f"{type(exc).__name__}: {exc}")
             return Served(req.id, req.task, task.sla_s, out.end - due, out.completion_tokens)
 
-        served = await asyncio.gather(*(one(r) for r in trace))
+        served = await asyncio.gather(*(one(i, r) for i, r in enumerate(trace)))
         duration = time.perf_counter() - start
         done.set()
         await sampler

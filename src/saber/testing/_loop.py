@@ -21,9 +21,7 @@ import numpy as np
 import yaml
 
 from saber.bench._real import rescale_tasks
-from saber.bench.cli import main as bench_main
 from saber.config import DEFAULT_PROFILE_DIR, TaskType, load_tasks, load_workloads
-from saber.profile.cli import main as profile_main
 from saber.speed import Profile, load_profile
 from saber.testing._gateway import start_gateway
 from saber.testing._process import EngineProcess
@@ -80,6 +78,10 @@ def real_loop(
     and scales), start a gateway with that profile, rescaled SLAs and ``settings`` (its
     config file's keys), and run ``saber-bench real`` at ``overload`` times the profiled
     capacity. The gateway is stopped on the way out; the engine is left running."""
+    # Imported here: the two CLIs (rich, matplotlib) would slow every test's import.
+    from saber.bench.cli import main as bench_main
+    from saber.profile.cli import main as profile_main
+
     paper = load_tasks()
     mix = load_workloads(tasks=paper)[workload].mix
     if profile is None:
