@@ -31,6 +31,11 @@ def roomy_engine() -> Iterator[EngineProcess]:
 def test_gateway_beats_the_bare_engine_above_capacity(
     roomy_engine: EngineProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Seed 0, 100 requests at 2.5x capacity. In the five runs of this test made while
+    writing it (each with a fresh profile) the gateway held 16.7-17.4 requests in flight
+    on average against 21.0-23.2, and met 4.1 to 18.7 points more of the short requests.
+    Other seeds and lengths are in docs/real-loop.md (seed 1's 100 requests were light
+    enough that both runs met 91%)."""
     report = real_loop(roomy_engine, tmp_path)
     direct, gateway = report.summary("direct"), report.summary("gateway")
     with capsys.disabled():
@@ -47,8 +52,9 @@ def test_gateway_beats_the_bare_engine_above_capacity(
     assert report.real["short_sla_tasks"] == ["code_qna", "code_summary"]
     assert direct["requests"] == gateway["requests"] == 100
     assert direct["samples"] > 20 and gateway["samples"] > 20
-    # Above capacity, the bare engine takes everything in, and everything slows down.
-    assert direct["engine_in_flight_max"] > 32  # past its 32 slots: requests wait inside
+    # Above capacity the bare engine takes everything in: past its 32 slots, requests
+    # wait inside it, and everything slows down.
+    assert direct["engine_in_flight_max"] > 32
     assert gateway["engine_in_flight_mean"] < direct["engine_in_flight_mean"]
     assert gateway["engine_in_flight_max"] < direct["engine_in_flight_max"]
     assert gateway["short_sla_goodput"] > direct["short_sla_goodput"]

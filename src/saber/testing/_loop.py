@@ -82,6 +82,7 @@ def real_loop(
     from saber.bench.cli import main as bench_main
     from saber.profile.cli import main as profile_main
 
+    workdir.mkdir(parents=True, exist_ok=True)
     paper = load_tasks()
     mix = load_workloads(tasks=paper)[workload].mix
     if profile is None:
