@@ -4,7 +4,7 @@ sent straight to the engine?
 
 Starts llama-server (the tiny GGUF model, from the cache), runs saber-profile on it,
 rescales the paper's SLAs to its speed, starts saber-gateway with the profile, and
-replays one seeded Poisson stream at ``--overload`` times the profiled capacity, once
+replays one seeded Poisson stream at ``--overload`` times the measured capacity, once
 each way (``saber-bench real``). Prints the profile and both runs' figures.
 
     .venv/bin/python bench/real_loop.py
@@ -23,7 +23,7 @@ from saber.testing import real_loop, start_llamacpp
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2, help="llama-server's threads")
-    parser.add_argument("--overload", type=float, default=2.5, help="rate / capacity")
+    parser.add_argument("--overload", type=float, default=4.0, help="rate / capacity")
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workload", default="W3")

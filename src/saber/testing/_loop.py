@@ -12,7 +12,7 @@ GPU does not, and long prompts would make TTFT the whole story.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from saber.config import DEFAULT_PROFILE_DIR, TaskType, load_tasks, load_workloa
 from saber.speed import Profile, load_profile
 from saber.testing._gateway import start_gateway
 from saber.testing._process import EngineProcess
+from saber.workload import TraceRequest, generate_trace
 
 REFERENCE_PROFILE = DEFAULT_PROFILE_DIR / "saber-sim-paper.json"  # the engine Table I fits
 # A slow engine can be overwhelmed for minutes: the gateway waits that long for it.
@@ -43,14 +44,13 @@ class LoopReport:
         return next(s for s in self.real["summaries"] if s["run"] == run)
 
 
-def capacity_rps(profile: Profile, tasks: dict[str, TaskType], mix: dict[str, float]) -> float:
-    """Requests/s the engine can finish at best: its peak aggregate speed, L * f(L) over
-    the profiled loads, over the mix's mean output length."""
-    model = profile.speed_model()
-    loads = np.arange(1, int(profile.points.load_max) + 1, dtype=float)
-    peak = float(np.max(loads * model.predict(loads)))
-    mean_out = sum(share * tasks[name].mean_output_tokens for name, share in mix.items())
-    return peak / mean_out
+def capacity_rps(profile: Profile, trace: Sequence[TraceRequest]) -> float:
+    """Requests/s of this trace the engine can finish at best: the highest aggregate speed
+    it was measured at (load x mean speed, per level profiled) over the trace's own mean
+    output length. Measured, not fitted: a fit that bends the wrong way at the top
+    would move the rate, and with it how far past capacity the run goes."""
+    peak = max(level.load * level.mean_speed for level in profile.points.levels)
+    return peak / float(np.mean([r.output_tokens for r in trace]))
 
 
 def write_tasks(tasks: dict[str, TaskType], path: Path, **settings: Any) -> Path:
@@ -68,7 +68,7 @@ def real_loop(
     output_scale: float = 0.5,
     levels: str = "1,2,4,8,16,32",
     requests_per_level: int = 20,
-    overload: float = 2.5,
+    overload: float = 4.0,
     requests: int = 100,
     seed: int = 0,
     profile: Path | None = None,
@@ -84,7 +84,7 @@ def real_loop(
 
     workdir.mkdir(parents=True, exist_ok=True)
     paper = load_tasks()
-    mix = load_workloads(tasks=paper)[workload].mix
+    workloads = load_workloads(tasks=paper)
     if profile is None:
         sized = rescale_tasks(paper, input_scale=input_scale, output_scale=output_scale)
         profile = workdir / "profile.json"
@@ -106,7 +106,9 @@ def real_loop(
         max_load=fitted.points.load_max,
     )
     config = write_tasks(tasks, workdir / "gateway.yaml", **GATEWAY_SETTINGS | (settings or {}))
-    capacity = capacity_rps(fitted, tasks, mix)
+    # The arrivals scale with the rate; the tasks and lengths drawn do not.
+    trace = generate_trace(workloads[workload], tasks, rps=1.0, n=requests, seed=seed)
+    capacity = capacity_rps(fitted, trace)
     rps = overload * capacity
     gateway = start_gateway(engine, profile, config=config)
     try:
