@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_support import SIM_TIME_SCALE, GatewayFactory, settings_for, write_profile
+from gateway_support import SIM_TIME_SCALE, GatewayFactory, settings_for
 
 from saber.gateway import RunningGateway, start_in_thread
 from saber.sim.http import RunningSim, serve_in_thread
+from saber.testing import write_profile
 
 
 @pytest.fixture(scope="session")

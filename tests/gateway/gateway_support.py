@@ -9,25 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 
 from saber.config import load_gateway_config
 from saber.gateway import GatewaySettings, RunningGateway, settings_from_config
 from saber.sim.http import RunningSim
-from saber.speed import USLModel, build_profile, save_profile
-from saber.testing import metric_value
+from saber.testing import GENEROUS, metric_value
 
 # saber-sim's paper preset does about 63 tokens/s for one request at time scale 1.
 SIM_TIME_SCALE = 20.0
-# A profile we know: f(1) = 600 tokens/s, falling with load.
-KNOWN = USLModel(lam=600.0, sigma=0.1, kappa=0.002)
-
-
-def write_profile(path: Path, model: USLModel = KNOWN) -> Path:
-    loads = np.repeat(np.arange(1, 65, dtype=float), 4)
-    prof = build_profile(model, loads, model.predict(loads), backend="sim", model_name="test")
-    save_profile(prof, path)
-    return path
+# The profile the gateway tests know: saber.testing's, f(1) = 600 tokens/s, falling with load.
+KNOWN = GENEROUS
 
 
 GatewayFactory = Callable[..., RunningGateway]

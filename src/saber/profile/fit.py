@@ -23,7 +23,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from saber.profile.points import Point
-from saber.speed import MODELS, USL_TIE, FitError, FitReport, TTFTFit, fit_all, fit_model
+from saber.speed import MODELS, USL_TIE, FitError, FitReport, TTFTFit, fit_all, fit_model, rank
 
 __all__ = ["USL_TIE", "SpeedFits", "choose_held_out", "fit_speed", "fit_ttft"]
 
@@ -118,13 +118,8 @@ def fit_speed(points: Sequence[Point], held_out: Sequence[int] | None = None) ->
         in_sample[kind] = _r2(speeds, model.predict(loads))
     if not reports:
         raise FitError("no speed model could be fitted on every fold and on all the points")
-    ranked = sorted(
-        reports,
-        key=lambda r: min(r.r2, in_sample[r.kind]) + (USL_TIE if r.kind == "usl" else 0.0),
-        reverse=True,
-    )
     return SpeedFits(
-        ranked,
+        rank(reports, score=lambda r: min(r.r2, in_sample[r.kind])),
         held,
         cross_validated=held_out is None,
         level_r2=means,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,9 +63,14 @@ def fit_all(
     return rank(reports)
 
 
-def rank(reports: list[FitReport]) -> list[FitReport]:
-    """Best held-out R^2 first; USL wins ties closer than USL_TIE."""
-    return sorted(reports, key=lambda r: r.r2 + (USL_TIE if r.kind == "usl" else 0.0), reverse=True)
+def rank(
+    reports: list[FitReport], score: Callable[[FitReport], float] | None = None
+) -> list[FitReport]:
+    """Best ``score`` first (default: held-out R^2); USL wins ties closer than USL_TIE."""
+    value = score or (lambda r: r.r2)
+    return sorted(
+        reports, key=lambda r: value(r) + (USL_TIE if r.kind == "usl" else 0.0), reverse=True
+    )
 
 
 def _held_out(loads: FloatArray, holdout: float, rng: np.random.Generator) -> NDArray[np.bool_]:

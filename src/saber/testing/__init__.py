@@ -8,7 +8,7 @@ an engine. See docs/real-backends.md.
 """
 
 from saber.testing._cache import cache_dir
-from saber.testing._gateway import EngineGateway, start_gateway, write_profile
+from saber.testing._gateway import GENEROUS, EngineGateway, start_gateway, write_profile
 from saber.testing._gguf import ensure_gguf_model
 from saber.testing._llamacpp import ensure_llama_server, start_llamacpp
 from saber.testing._loop import LoopReport, real_loop
@@ -18,6 +18,7 @@ from saber.testing._serve import serve_app, wait_until
 from saber.testing._vllm import ensure_hf_model, ensure_vllm_env, start_vllm
 
 __all__ = [
+    "GENEROUS",
     "EngineGateway",
     "EngineProcess",
     "EngineStartError",
