@@ -7,11 +7,21 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from saber.speed import MODELS, LinearModel, LogDecayModel, LogisticModel, SpeedModel, USLModel
+from saber.speed import (
+    MODELS,
+    LinearModel,
+    LogDecayModel,
+    LogisticModel,
+    SoloUSLModel,
+    SpeedModel,
+    USLModel,
+)
 
 # Curves in the range a code model on one GPU shows: ~60 tok/s alone, falling with load.
 TRUTH: dict[str, SpeedModel] = {
     "usl": USLModel(lam=60.0, sigma=0.02, kappa=0.0005),
+    # llama.cpp on a CPU: one request alone runs 1.5x as fast as USL's batched curve says.
+    "usl-solo": SoloUSLModel(lam=60.0, sigma=0.02, kappa=0.0005, solo=90.0),
     "linear": LinearModel(a=50.0, b=0.6),
     "logistic": LogisticModel(a=60.0, d=8.0, k=0.12, l0=30.0),
     "logdecay": LogDecayModel(a=55.0, b=10.0),

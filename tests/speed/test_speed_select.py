@@ -15,6 +15,7 @@ from saber.speed import (
     FitError,
     FitReport,
     LinearModel,
+    SoloUSLModel,
     SpeedModel,
     USLModel,
     fit_all,
@@ -73,6 +74,19 @@ def test_fit_all_picks_the_generating_model(
     assert reports[0].kind in ("logdecay", "usl")  # USL may tie; it never loses by more
     best = max(reports, key=lambda r: r.r2)
     assert best.kind == "logdecay" or reports[0].r2 + 0.005 > best.r2
+
+
+def test_fit_all_keeps_a_lone_request_that_runs_twice_as_fast(
+    make_points: Callable[..., Points],
+) -> None:
+    """llama.cpp's shape on a CPU (docs/profile.md): USL must miss L=1 or L=2; usl-solo fits."""
+    truth = SoloUSLModel(lam=200.0, sigma=0.35, kappa=0.004, solo=400.0)
+    points = make_points(truth, levels=(1, 2, 4, 8, 16, 32), n=120, noise=0.03, seed=1)
+    reports = fit_all(*points, holdout=0.0)
+    assert reports[0].kind == "usl-solo"
+    scores = {r.kind: r.r2 for r in reports}
+    assert scores["usl-solo"] > 0.98 and scores["usl"] < scores["usl-solo"] - 0.01
+    assert reports[0].model.predict(1.0) == pytest.approx(400.0, rel=0.05)
 
 
 def test_fit_all_is_deterministic_per_seed(

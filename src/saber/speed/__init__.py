@@ -26,6 +26,7 @@ from saber.speed._profile import (
 )
 from saber.speed._registry import MODELS, fit_model
 from saber.speed._select import USL_TIE, FitReport, fit_all, rank
+from saber.speed._solo import SoloUSLModel
 from saber.speed._usl import USLModel
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "Profile",
     "ProfileError",
     "ProfilingInfo",
+    "SoloUSLModel",
     "SpeedModel",
     "TTFTFit",
     "USLModel",

@@ -8,10 +8,12 @@ from saber.speed._base import SpeedModel
 from saber.speed._linear import LinearModel
 from saber.speed._logdecay import LogDecayModel
 from saber.speed._logistic import LogisticModel
+from saber.speed._solo import SoloUSLModel
 from saber.speed._usl import USLModel
 
 MODELS: dict[str, type[SpeedModel]] = {
-    model.kind: model for model in (USLModel, LinearModel, LogisticModel, LogDecayModel)
+    model.kind: model
+    for model in (USLModel, SoloUSLModel, LinearModel, LogisticModel, LogDecayModel)
 }
 """Every speed model by its `kind`; USL, the paper's choice, comes first."""
 

@@ -64,9 +64,10 @@ class USLModel(SpeedModel):
     @classmethod
     def _problem(cls, data: FitData) -> Problem:
         with_kappa = data.n_levels >= 3
-        starts = [_linearised_start(data, with_kappa=False)]
+        loads, speeds = data.level_loads, data.level_speeds
+        starts = [linearised_start(loads, speeds, with_kappa=False)]
         if with_kappa:
-            starts.append(_linearised_start(data, with_kappa=True))
+            starts.append(linearised_start(loads, speeds, with_kappa=True))
             top_load, top_speed = data.level_loads[-1], data.level_speeds[-1]
             lam = 1.05 * float(data.level_speeds.max())
             kappa = max(lam / top_speed - 1.0, 0.0) / (top_load * (top_load - 1.0))
@@ -82,9 +83,8 @@ class USLModel(SpeedModel):
         )
 
 
-def _linearised_start(data: FitData, *, with_kappa: bool) -> FloatArray:
+def linearised_start(loads: FloatArray, speeds: FloatArray, *, with_kappa: bool) -> FloatArray:
     """USL is linear in 1/f: solve for (1/lam, sigma/lam, kappa/lam) >= 0 on level medians."""
-    loads, speeds = data.level_loads, data.level_speeds
     columns = [np.ones_like(loads), loads - 1.0]
     if with_kappa:
         columns.append(loads * (loads - 1.0))
