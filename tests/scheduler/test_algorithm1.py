@@ -333,6 +333,27 @@ def test_value_protection_admits_only_up_to_the_best_load():
     assert len(got) == 4 and s.load == 5 and s.queued() == 1
 
 
+def test_line10_read_literally_protects_no_one():
+    # ``predSpd < any(actReq.reqSpd)`` in Python compares against a bool: the
+    # running request that needs 95 tok/s does not hold "easy" back, whether they
+    # are admitted in one round or in two. Each admission still meets its own need.
+    s = Scheduler(usl(), Policy(protection="none"))
+    got = admitted(s.offer(req("tight", 95, 1.0), 0.0))
+    got += admitted(s.offer(req("easy", 1, 100.0), 0.0))
+    assert got == ["tight", "easy"]
+    assert s.next_wakeup() is None
+    assert admitted(s.offer(req("too fast", 95, 1.0), 0.0)) == []  # f(3) = 83.3 < 95
+    for protection, expect in (("frozen", ["tight"]), ("none", ["tight", "easy"])):
+        s = Scheduler(usl(), Policy(protection=protection, max_concurrency=2, window_size=1))
+        s.offer(req("r1", 1, 100.0), 0.0)
+        s.offer(req("r2", 1, 100.0), 0.0)
+        s.offer(req("tight", 95, 1.0), 0.0)  # queued by the cap, like "easy"
+        s.offer(req("easy", 1, 100.0), 0.0)
+        s.finish("r1", 0.01)
+        s.finish("r2", 0.01)
+        assert admitted(s.poll(0.01)) == expect, protection
+
+
 def test_unknown_protection_is_an_error():
     with pytest.raises(ValueError, match="protection"):
         Policy(protection="psychic")  # type: ignore[arg-type]

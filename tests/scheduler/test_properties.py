@@ -1,6 +1,7 @@
 """Random event sequences: nothing is lost, nothing is admitted twice, the load
 stays within [0, cap], and every running request is released exactly once. The
-machine runs once per protection rule (the paper's, and the options beyond it)."""
+machine runs once per protection rule (the paper's, the options beyond it, and the
+literal reading of line 10)."""
 
 from __future__ import annotations
 
@@ -160,6 +161,10 @@ class ValueMachine(SchedulerMachine):
     protection = "value"
 
 
+class UnprotectedMachine(SchedulerMachine):
+    protection = "none"
+
+
 _SETTINGS = settings(max_examples=150, stateful_step_count=60, deadline=None)
 TestSchedulerMachine = SchedulerMachine.TestCase
 TestSchedulerMachine.settings = _SETTINGS
@@ -167,3 +172,5 @@ TestProgressMachine = ProgressMachine.TestCase
 TestProgressMachine.settings = _SETTINGS
 TestValueMachine = ValueMachine.TestCase
 TestValueMachine.settings = _SETTINGS
+TestUnprotectedMachine = UnprotectedMachine.TestCase
+TestUnprotectedMachine.settings = _SETTINGS

@@ -7,13 +7,23 @@ from typing import Any
 
 PAPER_RPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
 PAPER_BATCH_SIZES = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
-# SABER variants: a speed model, then any "+option" beyond the paper.
-VARIANTS = ("usl", "linear", "logistic", "usl+lpq_guard", "usl+progress", "usl+value")
+# SABER variants: a speed model, then any "+option" (docs/bench.md): lpq_guard,
+# progress and value go beyond the paper; unprotected reads line 10 literally.
+VARIANTS = (
+    "usl",
+    "linear",
+    "logistic",
+    "usl+lpq_guard",
+    "usl+progress",
+    "usl+value",
+    "usl+unprotected",
+)
 # Each option, as the Policy fields it sets.
 OPTIONS: dict[str, dict[str, Any]] = {
     "lpq_guard": {"lpq_guard": True},
     "progress": {"protection": "progress"},
     "value": {"protection": "value"},
+    "unprotected": {"protection": "none"},
 }
 
 

@@ -48,7 +48,11 @@ class Policy:
     more requests on schedule than giving it up would (see ``Scheduler``). In the
     benchmark, value protection turns faithful SABER's mean loss to the best static
     B (oracle mode, -2.6 / -4.1 / -8.7 points on W1/W2/W3) into a gain (+9.8 /
-    +0.3 / +4.0); progress alone recovers little (docs/bench.md).
+    +0.3 / +4.0); progress alone recovers little (docs/bench.md). ``"none"``:
+    line 10 as its pseudocode reads in Python, ``predSpd < any(actReq.reqSpd)``:
+    ``any()`` is a bool, so running requests never block an admission. The
+    benchmark keeps it because it reproduces the paper's averages; the gateway
+    does not offer it.
     """
 
     window_size: int = 8
@@ -56,7 +60,7 @@ class Policy:
     queue_cap: int | None = None
     lpq_timeout_s: float | None = None
     lpq_guard: bool = False
-    protection: Literal["frozen", "progress", "value"] = "frozen"
+    protection: Literal["frozen", "progress", "value", "none"] = "frozen"
 
     def __post_init__(self) -> None:
         if self.window_size < 1:
@@ -67,7 +71,7 @@ class Policy:
             raise ValueError("queue_cap must be >= 0")
         if self.lpq_timeout_s is not None and self.lpq_timeout_s <= 0:
             raise ValueError("lpq_timeout_s must be > 0")
-        if self.protection not in ("frozen", "progress", "value"):
+        if self.protection not in ("frozen", "progress", "value", "none"):
             raise ValueError(f"unknown protection {self.protection!r}")
 
 
@@ -274,7 +278,8 @@ class Scheduler:
             if decision is None:
                 break  # nothing passes: wait for the next event
             out.append(decision)
-            protected = max(protected, decision.request.required_speed or 0.0)
+            if self.policy.protection != "none":
+                protected = max(protected, decision.request.required_speed or 0.0)
         self._last_protected = protected
         if not len(self._hpq):
             # Best effort, oldest first, without speed estimation.
@@ -284,7 +289,8 @@ class Scheduler:
                 req = self._lpq.popleft()
                 assert req is not None
                 out.append(self._start(req, now, Tier.LOW))
-        self._lapse_at = None if self.policy.protection == "frozen" else self._next_lapse(now)
+        lapses = self.policy.protection in ("progress", "value")
+        self._lapse_at = self._next_lapse(now) if lapses else None
         return out
 
     def _next_lapse(self, now: float) -> float | None:
@@ -335,6 +341,8 @@ class Scheduler:
     def _protected_speed_at(self, now: float) -> float:
         """The speed f(L+1) must meet for anyone to be admitted, per the policy."""
         mode = self.policy.protection
+        if mode == "none":
+            return 0.0
         if mode == "frozen":
             return self._protected_speed()
         needs = sorted(
