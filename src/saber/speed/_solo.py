@@ -11,7 +11,7 @@ import numpy as np
 from saber.speed._base import SPEED_FLOOR, SpeedModel, as_vector
 from saber.speed._data import FitData, FloatArray
 from saber.speed._fitting import Problem
-from saber.speed._usl import linearised_start
+from saber.speed._usl import check_usl, linearised_start
 
 BONUS_LIMIT = 20.0
 """A lone request at most 21x as fast as the batched curve says: wider is a broken profile."""
@@ -48,12 +48,7 @@ class SoloUSLModel(SpeedModel):
 
     @classmethod
     def _check(cls, values: Mapping[str, float]) -> None:
-        if values["lam"] <= 0:
-            raise cls._bad("lam", f"must be > 0, got {values['lam']}")
-        if not 0.0 <= values["sigma"] <= 1.0:
-            raise cls._bad("sigma", f"must be between 0 and 1, got {values['sigma']}")
-        if values["kappa"] < 0:
-            raise cls._bad("kappa", f"must be >= 0, got {values['kappa']}")
+        check_usl(cls, values)
         if not values["lam"] <= values["solo"] <= (1.0 + BONUS_LIMIT) * values["lam"]:
             raise cls._bad(
                 "solo", f"must be between lam ({values['lam']}) and {1.0 + BONUS_LIMIT:g}x lam"

@@ -34,12 +34,7 @@ class USLModel(SpeedModel):
 
     @classmethod
     def _check(cls, values: Mapping[str, float]) -> None:
-        if values["lam"] <= 0:
-            raise cls._bad("lam", f"must be > 0, got {values['lam']}")
-        if not 0.0 <= values["sigma"] <= 1.0:
-            raise cls._bad("sigma", f"must be between 0 and 1, got {values['sigma']}")
-        if values["kappa"] < 0:
-            raise cls._bad("kappa", f"must be >= 0, got {values['kappa']}")
+        check_usl(cls, values)
 
     @staticmethod
     def _raw(x: FloatArray, loads: FloatArray) -> FloatArray:
@@ -81,6 +76,16 @@ class USLModel(SpeedModel):
             starts=starts,
             free=np.array([True, True, with_kappa]),
         )
+
+
+def check_usl(model: type[SpeedModel], values: Mapping[str, float]) -> None:
+    """USL's bounds on lam, sigma and kappa, named in a ParamError of ``model``."""
+    if values["lam"] <= 0:
+        raise model._bad("lam", f"must be > 0, got {values['lam']}")
+    if not 0.0 <= values["sigma"] <= 1.0:
+        raise model._bad("sigma", f"must be between 0 and 1, got {values['sigma']}")
+    if values["kappa"] < 0:
+        raise model._bad("kappa", f"must be >= 0, got {values['kappa']}")
 
 
 def linearised_start(loads: FloatArray, speeds: FloatArray, *, with_kappa: bool) -> FloatArray:
