@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import get_args
 
+from saber.config import GatewayConfig
 from saber.testing import real_loop, start_llamacpp
 
 
@@ -31,7 +33,8 @@ def main() -> None:
     parser.add_argument("--output-scale", type=float, default=0.5, help="output lengths x")
     parser.add_argument("--out", type=Path, help="folder to keep the profile, configs and runs")
     parser.add_argument("--profile", type=Path, help="reuse this profile (same engine, scales)")
-    parser.add_argument("--protection", choices=("frozen", "progress", "value"), default="frozen")
+    rules = get_args(GatewayConfig.model_fields["protection"].annotation)
+    parser.add_argument("--protection", choices=rules, default="frozen")
     parser.add_argument("--lpq-guard", action="store_true")
     args = parser.parse_args()
     workdir = args.out or Path(tempfile.mkdtemp(prefix="saber-real-loop-"))

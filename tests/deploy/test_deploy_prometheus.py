@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from deploy_support import (
     find_tool,
 )
 
-from saber.testing import free_port
+from saber.testing import free_port, wait_until
 
 
 def _promtool(
@@ -325,7 +324,7 @@ def prometheus(stack: Stack, tmp_path: Path) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        ready = _wait(lambda: _ready(url) or proc.poll() is not None, 20)
+        ready = wait_until(lambda: _ready(url) or proc.poll() is not None, 20, step=0.25)
         if not ready or proc.poll() is not None:
             pytest.fail("prometheus did not start:\n" + (tmp_path / "prometheus.log").read_text())
         yield url
@@ -346,15 +345,6 @@ def _ready(url: str) -> bool:
         return False
 
 
-def _wait(predicate: Any, timeout: float, step: float = 0.25) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return bool(predicate())
-
-
 def _query(url: str, expr: str) -> list[dict[str, Any]]:
     r = httpx.get(url + "/api/v1/query", params={"query": expr}, timeout=10)
     body = r.json()
@@ -372,12 +362,13 @@ def test_prometheus_scrapes_the_gateway_and_runs_rules_and_panels(
 ) -> None:
     url = prometheus
     # Two scrapes of each target, so that rate() over a minute has points.
-    assert _wait(
+    assert wait_until(
         lambda: (
             bool(_query(url, "count_over_time(saber_requests_in_flight[1m]) >= 2"))
             and bool(_query(url, "count_over_time(vllm:num_requests_running[1m]) >= 2"))
         ),
         30,
+        step=0.25,
     ), "no saber_ series scraped within 30 s"
     served = _query(url, 'saber_requests_total{job="saber-gateway", outcome="served"}')
     assert sum(float(s["value"][1]) for s in served) >= 5  # what the fixture sent
@@ -387,7 +378,7 @@ def test_prometheus_scrapes_the_gateway_and_runs_rules_and_panels(
         groups = httpx.get(url + "/api/v1/rules", timeout=10).json()["data"]["groups"]
         return [r for g in groups for r in g["rules"]]
 
-    assert _wait(lambda: all(r["health"] != "unknown" for r in evaluated()), 15)
+    assert wait_until(lambda: all(r["health"] != "unknown" for r in evaluated()), 15, step=0.25)
     rules = evaluated()
     assert {r["name"] for r in rules} >= {"SaberGoodputLow", "SaberSpeedProfileStale"}
     assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []

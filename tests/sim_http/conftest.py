@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
 from saber.sim.http import RunningSim, serve_in_thread
+from saber.testing import wait_until
 
 # Fast enough to keep tests short; these tests check the wire, not timing (the
 # fidelity test runs its own server at a gentler scale).
@@ -48,9 +48,4 @@ def wait_for_fixture() -> Callable[..., bool]:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, every: float = 0.002) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(every)
-    return predicate()
+    return wait_until(predicate, timeout, step=every)

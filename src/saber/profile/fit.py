@@ -23,7 +23,17 @@ import numpy as np
 from scipy.optimize import nnls
 
 from saber.profile.points import Point
-from saber.speed import MODELS, USL_TIE, FitError, FitReport, TTFTFit, fit_all, fit_model, rank
+from saber.speed import (
+    MODELS,
+    USL_TIE,
+    FitError,
+    FitReport,
+    TTFTFit,
+    fit_all,
+    fit_model,
+    r2_score,
+    rank,
+)
 
 __all__ = ["USL_TIE", "SpeedFits", "choose_held_out", "fit_speed", "fit_ttft"]
 
@@ -115,7 +125,7 @@ def fit_speed(points: Sequence[Point], held_out: Sequence[int] | None = None) ->
         actual, predicted = speeds[scored], predictions[kind][scored]
         reports.append(FitReport(kind, model, _r2(actual, predicted), _mape(actual, predicted)))
         means[kind] = _level_r2(levels[scored], actual, predicted)
-        in_sample[kind] = _r2(speeds, model.predict(loads))
+        in_sample[kind] = r2_score(model, loads, speeds)
     if not reports:
         raise FitError("no speed model could be fitted on every fold and on all the points")
     return SpeedFits(
