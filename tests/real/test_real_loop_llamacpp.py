@@ -35,7 +35,7 @@ def test_gateway_beats_the_bare_engine_above_capacity(
     times (short-SLA margin +4.1 to +18.7 points) and failed once: the bare engine then
     held 18.7 on average, within what the SLAs tolerate, and met 85% (the gateway 79%).
     At 4x the bare engine holds 29-32 on average (peak 62-66), the gateway 16-18, and
-    the margin was +6.2 to +22.9 points over eight runs (docs/real-loop.md)."""
+    the margin was +6.2 to +22.9 points in the seven runs of docs/real-loop.md."""
     report = real_loop(roomy_engine, tmp_path)
     direct, gateway = report.summary("direct"), report.summary("gateway")
     with capsys.disabled():
