@@ -5,11 +5,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from openai import OpenAI
 
+from saber.config import load_gateway_config
+from saber.gateway import settings_from_config, start_in_thread
+from saber.speed import load_profile
 from saber.testing import EngineGateway, EngineProcess, scrape, wait_until
 
 IN_FLIGHT = "saber_requests_in_flight"
@@ -154,3 +159,21 @@ def check_ignore_eos_lengths(gw: EngineGateway, max_tokens: int) -> None:
     assert chat.usage is not None and text.usage is not None
     assert chat.usage.completion_tokens == max_tokens
     assert text.usage.completion_tokens == max_tokens
+
+
+def served_profile(engine: EngineProcess, path: Path) -> dict[str, Any]:
+    """Start a gateway in front of ``engine`` with the profile at ``path``; its
+    /saber/status, after checking that it shows that profile and its f(1)."""
+    profile = load_profile(path)
+    overrides = {"backend.url": engine.base_url, "profile": str(path)}
+    gw = start_in_thread(settings_from_config(load_gateway_config(env={}, overrides=overrides)))
+    try:
+        status = httpx.get(gw.url + "/saber/status", timeout=10).json()
+    finally:
+        gw.stop()
+    assert status["profile"]["path"] == str(path)
+    assert status["profile"]["kind"] == profile.kind
+    assert status["profile"]["params"] == profile.params
+    f1 = profile.speed_model().predict(1.0)
+    assert status["predicted_speed_tokens_per_s"]["max"] == pytest.approx(f1)
+    return status

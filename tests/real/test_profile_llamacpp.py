@@ -13,12 +13,10 @@ import json
 import os
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
+from real_support import served_profile
 
-from saber.config import load_gateway_config
-from saber.gateway import settings_from_config, start_in_thread
 from saber.profile import points_path, read_points
 from saber.profile.cli import main
 from saber.speed import load_profile
@@ -94,12 +92,4 @@ def test_profile_llamacpp(
     assert out.with_suffix(".png").exists()
 
     # The gateway serves with it: /saber/status names the profile and its curve.
-    overrides = {"backend.url": llamacpp_engine.base_url, "profile": str(out)}
-    gw = start_in_thread(settings_from_config(load_gateway_config(env={}, overrides=overrides)))
-    try:
-        status = httpx.get(gw.url + "/saber/status", timeout=10).json()
-    finally:
-        gw.stop()
-    assert status["profile"]["kind"] == profile.kind
-    assert status["profile"]["params"] == profile.params
-    assert status["predicted_speed_tokens_per_s"]["max"] == pytest.approx(model.predict(1.0))
+    served_profile(llamacpp_engine, out)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from real_support import served_profile
 
 from saber.profile import points_path, read_points
 from saber.profile.cli import main
@@ -53,3 +54,4 @@ def test_profile_vllm(
     assert [recorded.measured(level) for level in (1, 2, 4, 8)] == [8, 8, 8, 8]
     assert all(p.output_tokens == p.max_tokens for p in recorded.points)
     assert out.with_suffix(".png").exists()
+    served_profile(vllm_engine, out)  # the gateway starts with it and shows it in use
