@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from saber.bench import profile_engine
+from saber.bench import Sweep, profile_engine
 from saber.config import load_tasks, load_workloads
 from saber.engine import Engine, get_preset
-from saber.scheduler import Policy, Scheduler
+from saber.scheduler import Scheduler
 from saber.sim import simulate
 from saber.speed import fit_model
 from saber.workload import generate_trace
@@ -31,7 +31,6 @@ def main() -> None:
     args = parser.parse_args()
     tasks = load_tasks()
     workloads = load_workloads(tasks=tasks)
-    slas = {name: t.sla_s for name, t in tasks.items()}
     preset = get_preset("paper")
     model = fit_model("usl", *profile_engine(preset, workloads["W3"], tasks))
     f1 = model(1)
@@ -41,14 +40,13 @@ def main() -> None:
     ]
 
     def saber(trace, window: int, protection: str = "frozen"):
-        policy = Policy(window_size=window, max_concurrency=256, protection=protection)
-        sched = Scheduler(model, policy, seed=0)
+        sched = Scheduler(model, Sweep().policy(window_size=window, protection=protection), seed=0)
         engine = Engine(preset, max_num_seqs=256)
-        return simulate(trace, engine, slas=slas, scheduler=sched)
+        return simulate(trace, engine, tasks=tasks, scheduler=sched, trust_max_tokens=True)
 
     static = {
         b: statistics.fmean(
-            simulate(t, Engine(preset, max_num_seqs=b), slas=slas).goodput() for t in traces
+            simulate(t, Engine(preset, max_num_seqs=b), tasks=tasks).goodput() for t in traces
         )
         for b in range(10, 101, 10)
     }
@@ -65,7 +63,7 @@ def main() -> None:
         infeasible = demoted = 0
         waits = []
         for trace, result in zip(traces, results, strict=True):
-            hopeless = {r.id for r in trace if r.max_tokens / slas[r.task] > f1}
+            hopeless = {r.id for r in trace if r.max_tokens / tasks[r.task].sla_s > f1}
             infeasible += len(hopeless)
             for rec in result.records:
                 if rec.demoted and rec.id not in hopeless:

@@ -180,10 +180,14 @@ def test_cancel_queued_and_running_release_once():
     assert s.load == 0
 
 
-def test_fail_releases_slot():
+def test_an_offer_that_raises_leaves_no_trace():
     s = Scheduler(usl())
+    huge = SchedRequest("big", "t", 0.0, 1.0, 10**400)  # its demotion time overflows
+    with pytest.raises(OverflowError):
+        s.offer(huge, 0.0)
+    assert s.queued() == 0 and s.load == 0 and s.next_wakeup() is None
     s.offer(req("a", 1, 100.0), 0.0)
-    assert s.fail("a", 1.0) is Outcome.FAILED and s.load == 0
+    assert s.load == 1
 
 
 def test_seeded_randomness_is_reproducible():

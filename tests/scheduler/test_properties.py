@@ -88,16 +88,6 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.ended[rid] = outcome
         self.apply(self.s.poll(self.now))
 
-    @precondition(lambda self: self.running)
-    @rule(data=st.data())
-    def fail(self, data):
-        rid = data.draw(st.sampled_from(sorted(self.running)))
-        assert self.s.fail(rid, self.now) is Outcome.FAILED
-        assert self.s.cancel(rid, self.now) is None
-        self.running.discard(rid)
-        self.ended[rid] = Outcome.FAILED
-        self.apply(self.s.poll(self.now))
-
     @precondition(lambda self: self.offered)
     @rule(data=st.data())
     def cancel(self, data):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from saber.scheduler import Policy
+
 PAPER_RPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
 PAPER_BATCH_SIZES = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
 # SABER variants: a speed model, then any "+option" (docs/bench.md): lpq_guard,
@@ -62,6 +64,11 @@ class Sweep:
     profile_points: int = 1000
     # Trace seeds are seed_base + 0..seeds-1: another base gives held-out traces.
     seed_base: int = 1000
+
+    def policy(self, **options: Any) -> Policy:
+        """SABER's policy in this sweep, with a variant's options."""
+        base = {"window_size": self.window_size, "max_concurrency": self.saber_max_num_seqs}
+        return Policy(**{**base, **options})
 
     @classmethod
     def quick(cls) -> Sweep:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -13,10 +13,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemaining
 from saber.bench._grid import Cell, Sweep, parse_variant
 from saber.config import TaskType, Workload
 from saber.engine import Engine, get_preset
-from saber.scheduler import Policy, Scheduler, expected_tokens
+from saber.scheduler import Scheduler
 from saber.sim import SimResult, simulate
 from saber.speed import MODELS, SpeedModel
-from saber.workload import TraceRequest, generate_trace
+from saber.workload import generate_trace
 
 
 @dataclass(frozen=True)
@@ -46,17 +46,6 @@ def summarize(result: SimResult) -> RunStats:
     )
 
 
-def estimator(mode: str, tasks: Mapping[str, TaskType]) -> Callable[[TraceRequest], int]:
-    """What the scheduler is told a request will generate.
-
-    Oracle (the paper): ``max_tokens`` is the true length. Realistic: the client's
-    cap goes through the gateway's own estimate, which does not know the truth.
-    """
-    if mode == "oracle":
-        return lambda req: req.max_tokens
-    return lambda req: expected_tokens(tasks[req.task], req.max_tokens)
-
-
 def run_cell(
     cell: Cell,
     sweep: Sweep,
@@ -65,7 +54,6 @@ def run_cell(
     models: Mapping[str, SpeedModel],
 ) -> CellResult:
     preset = get_preset(sweep.preset)
-    slas = {name: t.sla_s for name, t in tasks.items()}
     trace = generate_trace(
         workloads[cell.workload],
         tasks,
@@ -76,16 +64,16 @@ def run_cell(
     )
     runs: dict[str, RunStats] = {}
     for b in sweep.batch_sizes:
-        runs[f"static:{b}"] = summarize(simulate(trace, Engine(preset, max_num_seqs=b), slas=slas))
-    guess = estimator(cell.mode, tasks)
+        runs[f"static:{b}"] = summarize(
+            simulate(trace, Engine(preset, max_num_seqs=b), tasks=tasks)
+        )
     for variant in sweep.variants:
         kind, options = parse_variant(variant)
-        policy = Policy(
-            window_size=sweep.window_size, max_concurrency=sweep.saber_max_num_seqs, **options
-        )
-        scheduler = Scheduler(models[kind], policy, seed=cell.seed)
+        scheduler = Scheduler(models[kind], sweep.policy(**options), seed=cell.seed)
         engine = Engine(preset, max_num_seqs=sweep.saber_max_num_seqs)
-        result = simulate(trace, engine, slas=slas, scheduler=scheduler, expected_tokens=guess)
+        result = simulate(
+            trace, engine, tasks=tasks, scheduler=scheduler, trust_max_tokens=cell.mode == "oracle"
+        )
         runs[f"saber:{variant}"] = summarize(result)
     return CellResult(cell, runs)
 

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from saber.config import TaskType
-from saber.scheduler import Action, Decision, SchedRequest, Scheduler, Tier, expected_tokens
-from saber.scheduler import Outcome as SchedOutcome
+from saber.scheduler import Action, Decision, Outcome, SchedRequest, Scheduler, Tier, request_for
 
 Release = Literal["finish", "fail", "cancel"]
 
@@ -38,7 +37,7 @@ class Ticket:
     admitted_at: float | None = None  # loop time
     tokens_out: int = 0  # generated so far, as counted by the relay
     released: bool = False
-    outcome: SchedOutcome | None = None  # how it left the scheduler
+    outcome: Outcome | None = None  # how it left the scheduler
 
     @property
     def id(self) -> str:
@@ -105,20 +104,20 @@ class Admission:
         ``min_tokens``): the expected tokens are raised to it.
         """
         now = self.now()
-        req = SchedRequest(
+        req = request_for(
+            task,
             # Zero-padded, so that ids sort in arrival order when two arrive in one tick.
             id=f"r{next(self._ids):09d}",
-            task=task.name,
             arrival=now,
-            deadline=now + task.sla_s,
-            tokens=max(expected_tokens(task, max_tokens), min_tokens),
+            max_tokens=max_tokens,
+            min_tokens=min_tokens,
         )
         ticket = Ticket(req, task, streaming, self._loop.create_future())
         self._tickets[req.id] = ticket
         self._record("offer", now, req, self.scheduler.offer(req, now))
         return ticket
 
-    def release(self, ticket: Ticket, how: Release) -> SchedOutcome | None:
+    def release(self, ticket: Ticket, how: Release) -> Outcome | None:
         """Give the ticket's queue place or slot back. Safe to call any number of
         times from any path: only the first call does anything.
 
@@ -137,7 +136,7 @@ class Admission:
             outcome = self.scheduler.finish(ticket.id, now)
             call = "finish"
         else:
-            outcome = self.scheduler.fail(ticket.id, now)
+            outcome = self.scheduler.cancel(ticket.id, now)
             call = "fail"
         ticket.outcome = outcome or ticket.outcome
         if self.trace is not None:

@@ -125,7 +125,7 @@ class Exchange(Response):
             self.rec.left_queue = time.perf_counter()
             if decision.action is Action.REJECT:
                 assert decision.outcome is not None
-                await self._reject(out, Outcome.from_scheduler(decision.outcome))
+                await self._reject(out, decision.outcome)
             else:
                 await self._relay(out, ticket, decision)
         except asyncio.CancelledError:
@@ -155,7 +155,7 @@ class Exchange(Response):
             running = ticket.admitted_at is not None
             return Outcome.CANCELLED_RUNNING if running else Outcome.CANCELLED_QUEUED
         sched = ticket.outcome  # finished: served or served_demoted
-        return Outcome.from_scheduler(sched) if sched is not None else Outcome.INTERNAL_ERROR
+        return sched if sched is not None else Outcome.INTERNAL_ERROR
 
     def _release(self, how: Release) -> None:
         """Hand the slot back now (the finally repeats it harmlessly)."""

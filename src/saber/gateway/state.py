@@ -41,14 +41,7 @@ class Gateway:
         self.resolver = TaskResolver(cfg)
         self.metrics = GatewayMetrics(self.tasks)
         self.seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**32)
-        self.policy = Policy(
-            window_size=cfg.window_size,
-            max_concurrency=cfg.max_concurrency,
-            queue_cap=cfg.queue_cap,
-            lpq_timeout_s=cfg.lpq_timeout_s,
-            lpq_guard=cfg.lpq_guard,
-            protection=cfg.protection,
-        )
+        self.policy = Policy.from_config(cfg)
         self.speed = settings.speed_model()
         self.scheduler = Scheduler(self.speed, self.policy, seed=self.seed)
         self.metrics.watch(lambda: self.scheduler, self.tasks)
@@ -116,16 +109,7 @@ class Gateway:
             await self._upstream.aclose()
 
     def policy_dict(self) -> dict[str, Any]:
-        p = self.policy
-        return {
-            "window_size": p.window_size,
-            "max_concurrency": p.max_concurrency,
-            "queue_cap": p.queue_cap,
-            "lpq_timeout_s": p.lpq_timeout_s,
-            "lpq_guard": p.lpq_guard,
-            "protection": p.protection,
-            "seed": self.seed,
-        }
+        return {**self.policy.as_dict(), "seed": self.seed}
 
     # -- the backend's models --------------------------------------------------------
 

@@ -8,6 +8,7 @@ simulator (virtual clock) drive the very same object.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import random
 from collections import deque
@@ -73,6 +74,20 @@ class Policy:
             raise ValueError("lpq_timeout_s must be > 0")
         if self.protection not in ("frozen", "progress", "value", "none"):
             raise ValueError(f"unknown protection {self.protection!r}")
+
+    @classmethod
+    def from_config(cls, config: object, **overrides: Any) -> Policy:
+        """The policy a settings object names: each Policy field it carries, by name,
+        then ``overrides``. The one place settings become a policy."""
+        fields = {
+            f.name: getattr(config, f.name)
+            for f in dataclasses.fields(cls)
+            if hasattr(config, f.name)
+        }
+        return cls(**{**fields, **overrides})
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 class Scheduler:
@@ -168,6 +183,7 @@ class Scheduler:
         """A request arrives. Returns what happened to it and to any other."""
         if self.is_queued(req.id) or req.id in self._running:
             raise ValueError(f"request {req.id} is already known to the scheduler")
+        demote_at = self._demotion_time(req)  # may raise: before any state changes
         self._tick(now)
         cap = self.policy.queue_cap
         if cap is not None and self.queued(req.task) >= cap:
@@ -175,7 +191,7 @@ class Scheduler:
             self.recent.append(rejected)
             return [rejected, *self.poll(now)]
         self._hpq.push(req)
-        heapq.heappush(self._demote_at, (self._demotion_time(req), req.id))
+        heapq.heappush(self._demote_at, (demote_at, req.id))
         return self.poll(now)
 
     def poll(self, now: float) -> list[Decision]:
@@ -188,25 +204,19 @@ class Scheduler:
         self.recent.extend(out)
         return out
 
-    def finish(self, req_id: str, now: float) -> Outcome | None:
-        """A running request completed. Returns None if it was not running, so a
-        caller that reports twice releases the slot only once."""
+    def finish(self, req_id: str, now: float, tokens: int | None = None) -> Outcome | None:
+        """A running request completed, having generated ``tokens`` (None: not
+        known). Returns None if it was not running, so a caller that reports twice
+        releases the slot only once."""
         req = self._release(req_id, now)
         if req is None:
             return None
         req.outcome = Outcome.SERVED if req.tier is Tier.HIGH else Outcome.SERVED_DEMOTED
         return req.outcome
 
-    def fail(self, req_id: str, now: float) -> Outcome | None:
-        """A running request failed at the backend; its slot is released."""
-        req = self._release(req_id, now)
-        if req is None:
-            return None
-        req.outcome = Outcome.FAILED
-        return req.outcome
-
     def cancel(self, req_id: str, now: float) -> Outcome | None:
-        """The client went away: leave the queue, or release the running slot."""
+        """The request leaves unfinished (the client went away, the backend failed it):
+        out of its queue, or out of its running slot. Returns None if it was neither."""
         req = self._hpq.remove(req_id) or self._lpq.remove(req_id)
         if req is not None:
             req.outcome = Outcome.CANCELLED_QUEUED
@@ -246,9 +256,12 @@ class Scheduler:
     def _release(self, req_id: str, now: float) -> SchedRequest | None:
         if req_id not in self._running:
             return None
-        self._tick(now)
-        self._clock_at_admit.pop(req_id, None)
-        return self._running.pop(req_id)
+        try:
+            self._tick(now)
+        finally:  # the slot is freed whatever the speed model does
+            self._clock_at_admit.pop(req_id, None)
+            req = self._running.pop(req_id)
+        return req
 
     def _still_needs(self, req_id: str, now: float) -> float:
         """The speed a running HPQ request still needs, from its estimated progress.

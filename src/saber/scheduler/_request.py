@@ -4,6 +4,10 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from saber.config import TaskType
+from saber.scheduler._estimate import expected_tokens
+from saber.scheduler._outcome import Outcome
+
 
 class Tier(StrEnum):
     HIGH = "high"
@@ -16,18 +20,6 @@ class Action(StrEnum):
     ADMIT = "admit"  # send it to the backend now
     DEMOTE = "demote"  # moved from the HPQ to the LPQ: it can no longer meet its SLA
     REJECT = "reject"  # it leaves without service (see Decision.outcome)
-
-
-class Outcome(StrEnum):
-    """Every way a request can leave the scheduler. One metric label each."""
-
-    SERVED = "served"  # admitted from the HPQ and finished
-    SERVED_DEMOTED = "served_demoted"  # demoted, then served best effort from the LPQ
-    CANCELLED_QUEUED = "cancelled_queued"  # the client went away while it waited
-    CANCELLED_RUNNING = "cancelled_running"  # the client went away while it ran
-    FAILED = "failed"  # the backend failed it while it ran
-    REJECTED_QUEUE_FULL = "rejected_queue_full"  # its task's queue was full on arrival
-    REJECTED_LPQ_TIMEOUT = "rejected_lpq_timeout"  # waited in the LPQ past the limit
 
 
 @dataclass(slots=True, eq=False)
@@ -66,3 +58,40 @@ class Decision:
     at: float
     tier: Tier = Tier.HIGH  # the queue it was taken from (ADMIT) or put in (DEMOTE)
     outcome: Outcome | None = None  # set on REJECT
+
+
+MAX_TOKENS = 1 << 24
+"""More output than any engine serves in one request: a larger count is a caller's error."""
+
+
+def request_for(
+    task: TaskType,
+    *,
+    id: str,
+    arrival: float,
+    max_tokens: int | None = None,
+    min_tokens: int = 0,
+    tokens: int | None = None,
+) -> SchedRequest:
+    """The one way a request becomes scheduler input, in the gateway and the simulator.
+
+    The deadline is ``arrival`` plus the task's SLA. ``tokens`` is what the request
+    will generate when the caller knows it (the paper's oracle set-up); otherwise the
+    task's expectation, bounded by the client's ``max_tokens`` and raised to its
+    ``min_tokens`` (vLLM generates at least that many). Values no engine could serve
+    raise ValueError before anything is built.
+    """
+    if not math.isfinite(arrival):
+        raise ValueError(f"arrival must be a finite time, got {arrival!r}")
+    for name, value in (("max_tokens", max_tokens), ("min_tokens", min_tokens), ("tokens", tokens)):
+        if value is not None and not 0 <= value <= MAX_TOKENS:
+            raise ValueError(f"{name} must be within 0..{MAX_TOKENS}, got {value}")
+    if tokens is None:
+        tokens = max(expected_tokens(task, max_tokens), min_tokens)
+    return SchedRequest(
+        id=id,
+        task=task.name,
+        arrival=arrival,
+        deadline=arrival + task.sla_s,
+        tokens=max(tokens, 1),
+    )

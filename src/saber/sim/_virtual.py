@@ -9,11 +9,12 @@ that lands during a step joins the engine at the next step boundary, as in vLLM.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from saber.config import TaskType
 from saber.engine import Engine, EngineRequest
-from saber.scheduler import Action, Decision, SchedRequest
+from saber.scheduler import Action, Decision, SchedRequest, request_for
 from saber.sim._records import SimRecord, SimResult
 from saber.workload import TraceRequest
 
@@ -25,29 +26,27 @@ class AdmissionScheduler(Protocol):
 
     def offer(self, req: SchedRequest, now: float) -> list[Decision]: ...
     def poll(self, now: float) -> list[Decision]: ...
-    def finish(self, req_id: str, now: float) -> object: ...
+    def finish(self, req_id: str, now: float, tokens: int | None = None) -> object: ...
     def next_wakeup(self) -> float | None: ...
-
-
-def _max_tokens(req: TraceRequest) -> int:
-    return req.max_tokens
 
 
 def simulate(
     trace: Sequence[TraceRequest],
     engine: Engine,
     *,
-    slas: Mapping[str, float],
+    tasks: Mapping[str, TaskType],
     scheduler: AdmissionScheduler | None = None,
-    expected_tokens: Callable[[TraceRequest], int] | None = None,
+    trust_max_tokens: bool = False,
 ) -> SimResult:
     """Serve ``trace`` on a fresh ``engine`` in virtual time.
 
     Without a scheduler every arrival goes straight to the engine (the paper's
     static baseline: the engine's ``max_num_seqs`` is the batch size). With one,
-    the scheduler decides when each request reaches the engine; it is told
-    ``expected_tokens(request)`` (default: the request's ``max_tokens``) and a
-    deadline of arrival + the task's SLA.
+    the scheduler decides when each request reaches the engine; each arrival
+    becomes scheduler input through ``saber.scheduler.request_for``, as in the
+    gateway. ``trust_max_tokens`` tells the scheduler that a request's
+    ``max_tokens`` is its true length (the paper's oracle set-up); otherwise it
+    estimates, as the gateway does.
     """
     if not engine.idle or engine.total_steps:
         raise ValueError("simulate needs a fresh engine")
@@ -55,10 +54,10 @@ def simulate(
     ids = [r.id for r in trace]
     if len(set(ids)) != len(ids):
         raise ValueError("trace request ids must be unique")
-    unknown = {r.task for r in trace} - set(slas)
+    unknown = {r.task for r in trace} - set(tasks)
     if unknown:
-        raise ValueError(f"no SLA for task type(s): {', '.join(sorted(unknown))}")
-    run = _Run(trace, engine, slas, scheduler, expected_tokens or _max_tokens)
+        raise ValueError(f"unknown task type(s): {', '.join(sorted(unknown))}")
+    run = _Run(trace, engine, tasks, scheduler, trust_max_tokens)
     run.loop()
     return run.result()
 
@@ -68,15 +67,15 @@ class _Run:
         self,
         trace: list[TraceRequest],
         engine: Engine,
-        slas: Mapping[str, float],
+        tasks: Mapping[str, TaskType],
         scheduler: AdmissionScheduler | None,
-        expected_tokens: Callable[[TraceRequest], int],
+        trust_max_tokens: bool,
     ) -> None:
         self.trace = trace
         self.engine = engine
-        self.slas = slas
+        self.tasks = tasks
         self.scheduler = scheduler
-        self.expected_tokens = expected_tokens
+        self.trust_max_tokens = trust_max_tokens
         self.by_id = {r.id: r for r in trace}
         self.next = 0  # index of the next arrival
         self.admitted_at: dict[str, float] = {}
@@ -117,12 +116,12 @@ class _Run:
         if self.scheduler is None:
             self.admit(req.id, req.arrival)
             return
-        sreq = SchedRequest(
+        sreq = request_for(
+            self.tasks[req.task],
             id=req.id,
-            task=req.task,
             arrival=req.arrival,
-            deadline=req.arrival + self.slas[req.task],
-            tokens=self.expected_tokens(req),
+            max_tokens=req.max_tokens,
+            tokens=req.max_tokens if self.trust_max_tokens else None,
         )
         self.apply(self.scheduler.offer(sreq, req.arrival))
 
@@ -164,7 +163,7 @@ class _Run:
             self.advance_to(now)
             if sched is not None and res.finished:
                 for ereq in res.finished:
-                    sched.finish(ereq.id, now)
+                    sched.finish(ereq.id, now, ereq.generated)
                 self.apply(sched.poll(now))
 
     def result(self) -> SimResult:
@@ -181,7 +180,7 @@ class _Run:
                     id=req.id,
                     task=req.task,
                     arrival=req.arrival,
-                    sla_s=self.slas[req.task],
+                    sla_s=self.tasks[req.task].sla_s,
                     admitted_at=self.admitted_at.get(req.id),
                     started_at=ereq.started_at if ereq is not None else None,
                     first_token_at=ereq.first_token_at if ereq is not None else None,

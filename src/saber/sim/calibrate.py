@@ -56,16 +56,15 @@ def completion_table(
     """Mean completion time per task, pooled over one static run per seed."""
     tasks = load_tasks()
     mix = load_workloads(tasks=tasks)[workload]
-    slas = {name: t.sla_s for name, t in tasks.items()}
     e2e: dict[str, list[float]] = {name: [] for name in mix.mix}
     for seed in seeds:
         trace = generate_trace(mix, tasks, rps=rps, n=n, seed=seed)
-        res = simulate(trace, Engine(preset, max_num_seqs=batch), slas=slas)
+        res = simulate(trace, Engine(preset, max_num_seqs=batch), tasks=tasks)
         for rec in res.records:
             if rec.e2e is not None:
                 e2e[rec.task].append(rec.e2e)
     return [
-        TaskRow(name, statistics.fmean(vals), slas[name], len(vals))
+        TaskRow(name, statistics.fmean(vals), tasks[name].sla_s, len(vals))
         for name, vals in e2e.items()
         if vals
     ]
@@ -83,14 +82,14 @@ def goodput_grid(
     """Mean goodput of static runs, keyed by (rps, max_num_seqs)."""
     tasks = load_tasks()
     mix = load_workloads(tasks=tasks)[workload]
-    slas = {name: t.sla_s for name, t in tasks.items()}
     seeds = list(seeds)
     out = {}
     for rps in rps_values:
         traces = [generate_trace(mix, tasks, rps=rps, n=n, seed=s) for s in seeds]
         for batch in batches:
             out[rps, batch] = statistics.fmean(
-                simulate(t, Engine(preset, max_num_seqs=batch), slas=slas).goodput() for t in traces
+                simulate(t, Engine(preset, max_num_seqs=batch), tasks=tasks).goodput()
+                for t in traces
             )
     return out
 
@@ -98,9 +97,8 @@ def goodput_grid(
 def _max_running(preset: EnginePreset, n: int) -> int:
     tasks = load_tasks()
     mix = load_workloads(tasks=tasks)[CAL_WORKLOAD]
-    slas = {name: t.sla_s for name, t in tasks.items()}
     trace = generate_trace(mix, tasks, rps=CAL_RPS, n=n, seed=0)
-    return simulate(trace, Engine(preset, max_num_seqs=256), slas=slas).max_running
+    return simulate(trace, Engine(preset, max_num_seqs=256), tasks=tasks).max_running
 
 
 def main(argv: Sequence[str] | None = None) -> None:

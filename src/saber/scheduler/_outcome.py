@@ -1,0 +1,31 @@
+"""Every way a request can leave: one name each, shared by the scheduler, the gateway
+and the simulator. The HTTP status of each is the gateway's business."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    """How a request left. One metric label, one status and one log line each."""
+
+    # Decided by the scheduler.
+    SERVED = "served"  # admitted from the HPQ and finished
+    SERVED_DEMOTED = "served_demoted"  # demoted, then served best effort from the LPQ
+    CANCELLED_QUEUED = "cancelled_queued"  # the client went away while it waited
+    CANCELLED_RUNNING = "cancelled_running"  # the client went away while it ran
+    REJECTED_QUEUE_FULL = "rejected_queue_full"  # its task's queue was full on arrival
+    REJECTED_LPQ_TIMEOUT = "rejected_lpq_timeout"  # waited in the LPQ past the limit
+    # Answered by the gateway before the request reached the scheduler.
+    INVALID_REQUEST = "invalid_request"
+    UNAUTHORIZED = "unauthorized"
+    # Admitted, then the backend did not serve it.
+    BACKEND_UNAVAILABLE = "backend_unavailable"  # refused, reset, unreachable, or its 503
+    BACKEND_TIMEOUT = "backend_timeout"  # no answer within the read timeout
+    BACKEND_REJECTED = "backend_rejected"  # the backend answered 4xx (passed through)
+    BACKEND_ERROR = "backend_error"  # 5xx, or an error in the middle of a stream
+    INTERNAL_ERROR = "internal_error"  # a bug in the gateway
+
+    @property
+    def served(self) -> bool:
+        return self in (Outcome.SERVED, Outcome.SERVED_DEMOTED)
