@@ -1,6 +1,7 @@
 """The inference engine behind saber: which one it is, and how busy it is.
 
-Shared by the gateway and saber-profile; imports nothing else from saber.
+Shared by the gateway and saber-profile; imports nothing else from saber but the
+wire format (``saber.wire``).
 
 - ``detect_kind`` / ``describe``: vLLM, llama.cpp's llama-server or saber-sim,
   with its version and models (the probe order is in ``_detect``'s docstring);

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
 
+from saber import wire
 from saber.backend._kind import BackendError
 
 
@@ -35,14 +35,4 @@ def json_body(resp: httpx.Response) -> Any:
 
 def error_detail(resp: httpx.Response) -> str:
     """What a failed answer says: the OpenAI-style error message, else the start of the body."""
-    try:
-        body = resp.json()
-    except (ValueError, UnicodeDecodeError):
-        body = None
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        message = err.get("message") if isinstance(err, dict) else err
-        if message:
-            return str(message)[:300]
-        return json.dumps(body)[:300]
-    return resp.text[:300].strip() or "(empty body)"
+    return wire.error_message(resp.content)

@@ -12,6 +12,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from saber import wire
 from saber.backend import BackendError, BackendKind, detect_kind
 from saber.bench._real import RunResult, drained, replay, short_sla_tasks
 from saber.config import (
@@ -64,7 +65,7 @@ def load_task_section(path: Path) -> dict[str, TaskType]:
 
 
 async def _gateway_slas(url: str, api_key: str | None) -> dict[str, float]:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = wire.auth_headers(api_key)
     async with httpx.AsyncClient(timeout=10.0, headers=headers) as client:
         resp = await client.get(url.rstrip("/") + "/saber/status")
     resp.raise_for_status()

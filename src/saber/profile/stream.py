@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import httpx
 
+from saber import wire
 from saber.profile.requests import RequestSpec
 
 Endpoint = Literal["completions", "chat"]
@@ -97,7 +98,7 @@ async def send(client: httpx.AsyncClient, target: Target, spec: RequestSpec) -> 
     async with client.stream("POST", target.url, json=payload(target, spec)) as response:
         if response.status_code != 200:
             body = await response.aread()
-            raise RequestFailed(response.status_code, error_message(body))
+            raise RequestFailed(response.status_code, wire.error_message(body, limit=200))
         async for line in response.aiter_lines():
             # Decoding every frame would cost more CPU than the backend spends at
             # high loads, and the client must not be what limits the speed it
@@ -117,10 +118,10 @@ async def send(client: httpx.AsyncClient, target: Target, spec: RequestSpec) -> 
             if not isinstance(frame, dict):
                 continue
             if "error" in frame:
-                raise RequestFailed(0, error_message(json.dumps(frame).encode()))
+                raise RequestFailed(0, wire.error_message(frame, limit=200))
             if frame.get("usage"):
                 usage = frame["usage"]
-            if _has_text(frame):
+            if wire.text_choices(frame):
                 chunks += 1
                 if first is None:
                     first = time.perf_counter()
@@ -136,30 +137,3 @@ async def send(client: httpx.AsyncClient, target: Target, spec: RequestSpec) -> 
             True,
         )
     return Outcome(sent, first, end, chunks, None, False)
-
-
-def _has_text(frame: dict[str, Any]) -> bool:
-    for choice in frame.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-        if text:
-            return True
-    return False
-
-
-def error_message(body: bytes) -> str:
-    """The ``message`` of an OpenAI-style error body, else the body itself (shortened)."""
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return body.decode("utf-8", "replace").strip()[:200] or "(empty body)"
-    err = data.get("error") if isinstance(data, dict) else None
-    if isinstance(err, dict) and err.get("message"):
-        return str(err["message"])[:200]
-    if isinstance(err, str):
-        return err[:200]
-    if isinstance(data, dict) and data.get("message"):
-        return str(data["message"])[:200]
-    return json.dumps(data)[:200]

@@ -13,6 +13,9 @@ from http import HTTPStatus
 
 from fastapi.responses import JSONResponse
 
+from saber import wire
+
+# vLLM names the type after the exception class it raised, not OpenAI's families.
 _TYPES = {
     HTTPStatus.BAD_REQUEST: "BadRequestError",
     HTTPStatus.NOT_FOUND: "NotFoundError",
@@ -45,11 +48,6 @@ class ApiError(Exception):
 def error_body(
     message: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST, param: str | None = None
 ) -> dict[str, object]:
-    return {
-        "error": {
-            "message": message,
-            "type": _TYPES.get(status, status.phrase.replace(" ", "") + "Error"),
-            "param": param,
-            "code": int(status),
-        }
-    }
+    """vLLM's error body: ``code`` is the status, ``type`` the exception's name."""
+    kind = _TYPES.get(status, status.phrase.replace(" ", "") + "Error")
+    return wire.error_body(message, int(status), code=int(status), param=param, type=kind)

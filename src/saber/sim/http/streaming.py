@@ -10,25 +10,15 @@ each choice with a ``{"role": "assistant", "content": ""}`` delta. With
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from http import HTTPStatus
 from typing import Any
 
+from saber import wire
 from saber.sim.http.errors import ApiError, error_body
 from saber.sim.http.faults import FaultDecision
 from saber.sim.http.generation import Choice, Generation
-
-DONE = b"data: [DONE]\n\n"
-
-
-def sse(obj: object) -> bytes:
-    return b"data: " + dumps(obj) + b"\n\n"
-
-
-def dumps(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class _Format:
@@ -52,7 +42,7 @@ class _Format:
         }
         if usage is not None:
             obj["usage"] = usage
-        return sse(obj)
+        return wire.json_event(obj)
 
     def opening(self, index: int) -> dict[str, Any] | None:
         return None
@@ -161,7 +151,7 @@ async def event_stream(gen: Generation, fmt: _Format, fault: FaultDecision) -> A
     sent = 0
     async for d in gen.deltas():
         if d.error:
-            yield sse(error_body(d.error, HTTPStatus.INTERNAL_SERVER_ERROR))
+            yield wire.json_event(error_body(d.error, HTTPStatus.INTERNAL_SERVER_ERROR))
             break
         if fault.stall_after is not None and sent + (d.end - d.start) > fault.stall_after:
             await _stall()
@@ -181,7 +171,7 @@ async def event_stream(gen: Generation, fmt: _Format, fault: FaultDecision) -> A
     else:
         if params.include_usage:
             yield fmt.frame([], usage(gen))
-    yield DONE
+    yield wire.DONE_EVENT
 
 
 async def whole_response(gen: Generation, fmt: _Format, fault: FaultDecision) -> dict[str, Any]:

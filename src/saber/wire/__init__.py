@@ -1,0 +1,30 @@
+"""The OpenAI wire format, as the gateway, saber-sim and saber-profile all speak it.
+
+SSE framing (``EventSplitter``, ``data_field``, ``event``, ``json_event``, ``DONE``),
+what a chunk carries (``carries_text``, ``text_choices``, ``completion_tokens``),
+OpenAI error bodies (``error_body``, ``error_type``, ``error_message``) and the
+``Authorization: Bearer`` header (``auth_headers``, ``bearer_token``). It imports
+nothing from the rest of saber.
+"""
+
+from saber.wire._auth import auth_headers, bearer_token
+from saber.wire._chunks import carries_text, completion_tokens, text_choices
+from saber.wire._errors import error_body, error_message, error_type
+from saber.wire._sse import DONE, DONE_EVENT, EventSplitter, data_field, event, json_event
+
+__all__ = [
+    "DONE",
+    "DONE_EVENT",
+    "EventSplitter",
+    "auth_headers",
+    "bearer_token",
+    "carries_text",
+    "completion_tokens",
+    "data_field",
+    "error_body",
+    "error_message",
+    "error_type",
+    "event",
+    "json_event",
+    "text_choices",
+]
