@@ -13,9 +13,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+from saber._serving import bind
 from saber.config import DEFAULT_GATEWAY_CONFIG, ConfigError
 from saber.gateway import access_log
-from saber.gateway.server import bind, serve
+from saber.gateway.server import serve
 from saber.gateway.settings import load_settings
 from saber.speed import ProfileError
 

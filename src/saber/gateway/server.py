@@ -9,31 +9,15 @@ from __future__ import annotations
 import gc
 import socket
 import threading
-import time
 from dataclasses import dataclass
-from types import TracebackType
 
 import httpx
 import uvicorn
 
+from saber._serving import bind, run_in_thread, stop_thread
 from saber.gateway.app import GatewayApp, create_app
 from saber.gateway.settings import GatewaySettings
 from saber.gateway.state import Gateway
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket; OSError (address in use, ...) comes out here, before start-up."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
 
 
 def uvicorn_config(app: GatewayApp) -> uvicorn.Config:
@@ -78,18 +62,12 @@ class RunningGateway:
         return self.app.gateway
 
     def stop(self, timeout: float = 10.0) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout)
+        stop_thread(self.server, self.thread, timeout)
 
     def __enter__(self) -> RunningGateway:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 
@@ -107,14 +85,5 @@ def start_in_thread(
     bound_port = sock.getsockname()[1]
     app = create_app(settings, trace=trace, transport=transport)
     server = uvicorn.Server(uvicorn_config(app))
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="saber-gateway"
-    )
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            raise RuntimeError("saber-gateway did not start")
-        time.sleep(0.01)
+    thread = run_in_thread(server, name="saber-gateway", timeout=timeout, sockets=[sock])
     return RunningGateway(f"http://{host}:{bound_port}", app, server, thread)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +12,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from saber._serving import run_in_thread, stop_thread
 from saber.sim.http.app import SimState, create_app
 from saber.sim.http.settings import SimSettings
 
@@ -111,26 +110,16 @@ def serve_in_thread(
     when the block exits.
     """
     server = make_server(_settings(settings, overrides), host=host, port=port)
-
-    def run() -> None:
-        with contextlib.suppress(SystemExit):  # uvicorn's way of saying it could not start
-            server.run()
-
-    thread = threading.Thread(target=run, name="saber-sim", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + startup_timeout_s
-    while not server.ready:
-        if not thread.is_alive():
-            raise RuntimeError(f"saber-sim failed to start on {host}:{port}")
-        if time.monotonic() > deadline:
-            server.should_exit = True
-            raise TimeoutError("saber-sim did not start in time")
-        time.sleep(0.01)
+    thread = run_in_thread(
+        server,
+        name=f"saber-sim on {host}:{port}",
+        timeout=startup_timeout_s,
+        ready=lambda: server.ready,
+    )
     try:
         yield _running(server, host)
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+        stop_thread(server, thread)
 
 
 @contextlib.asynccontextmanager
