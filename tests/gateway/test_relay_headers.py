@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from saber.gateway.relay import upstream_headers
+from saber.gateway.upstream import upstream_headers
 
 
 def test_hop_by_hop_and_private_headers_stay_at_the_gateway():

@@ -27,7 +27,7 @@ from saber.backend import describe as describe_backend
 from saber.config import BackendSettings
 from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.gateway.dialect import DIALECTS, Dialect
-from saber.gateway.relay import KEEPALIVE_EXPIRY_S
+from saber.gateway.upstream import KEEPALIVE_EXPIRY_S
 
 log = logging.getLogger(GATEWAY_LOGGER)
 

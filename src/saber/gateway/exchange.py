@@ -26,9 +26,9 @@ from saber.gateway.admission import Release, Ticket
 from saber.gateway.errors import GatewayError, error_body
 from saber.gateway.outcomes import Outcome
 from saber.gateway.payload import PATHS, Call
-from saber.gateway.relay import BackendFailure, classify, downstream_headers
 from saber.gateway.sse import EventSplitter, StreamMeter
 from saber.gateway.state import Gateway
+from saber.gateway.upstream import BackendFailure, classify, downstream_headers
 from saber.scheduler import Action, Decision, Tier
 
 log = logging.getLogger(GATEWAY_LOGGER)

@@ -17,10 +17,10 @@ from saber.gateway.errors import GatewayError
 from saber.gateway.exchange import Exchange
 from saber.gateway.outcomes import Outcome
 from saber.gateway.payload import Call
-from saber.gateway.relay import BackendFailure
 from saber.gateway.state import Gateway
 from saber.gateway.status import status
 from saber.gateway.tasks import BACKEND_MODEL, Endpoint
+from saber.gateway.upstream import BackendFailure
 
 router = APIRouter()
 

@@ -16,9 +16,9 @@ from saber.gateway.backend_watch import BackendWatch, control_client
 from saber.gateway.dialect import Dialect
 from saber.gateway.metrics import GatewayMetrics
 from saber.gateway.outcomes import Outcome
-from saber.gateway.relay import BackendFailure, Upstream, make_client
 from saber.gateway.settings import GatewaySettings
 from saber.gateway.tasks import TaskResolver
+from saber.gateway.upstream import BackendFailure, Upstream, make_client
 from saber.scheduler import Policy, Scheduler
 
 log = logging.getLogger(GATEWAY_LOGGER)
