@@ -36,6 +36,18 @@ def sim_running(sim: RunningSim) -> float:
     return metric_value(text, "vllm:num_requests_running")
 
 
+def idle(gw: RunningGateway, sim: RunningSim) -> bool:
+    """Nothing held anywhere: no request known to admission, none running or queued in
+    the scheduler, none running in saber-sim."""
+    s = gw.gateway.scheduler
+    return (
+        gw.gateway.admission.active == 0
+        and s.load == 0
+        and s.queued() == 0
+        and sim_running(sim) == 0
+    )
+
+
 def call_in_loop(gw: RunningGateway, fn: Callable[[], Any]) -> Any:
     """Run ``fn`` on the gateway's event loop thread and return its result."""
     loop = gw.gateway.admission._loop

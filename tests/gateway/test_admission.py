@@ -1,4 +1,5 @@
-"""Admission: the scheduler driven by events and one timer, releases exactly once."""
+"""Admission: the scheduler driven by events and one timer; a request leaves it once,
+the way its place in the scheduler says, and a failure there harms no other request."""
 
 from __future__ import annotations
 
@@ -14,8 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saber.config import TaskType
-from saber.gateway.admission import Admission, Ticket
-from saber.scheduler import Action, Outcome, Policy, Scheduler, Tier
+from saber.gateway.admission import Admission
+from saber.scheduler import (
+    Action,
+    Decision,
+    Outcome,
+    Policy,
+    SchedRequest,
+    Scheduler,
+    Tier,
+    request_for,
+)
 
 
 def task(name: str = "t", sla: float = 1.0, tokens: int = 50) -> TaskType:
@@ -84,103 +94,165 @@ def make(speed: float = 100.0, **policy: Any) -> tuple[Admission, FakeLoop, Sche
     return adm, loop, sched
 
 
-async def test_admit_at_once_and_release_once() -> None:
+def offer(
+    adm: Admission, t: TaskType, max_tokens: int | None, min_tokens: int = 0
+) -> tuple[SchedRequest, asyncio.Future[Decision]]:
+    req = request_for(
+        t, id=adm.new_id(), arrival=adm.now(), max_tokens=max_tokens, min_tokens=min_tokens
+    )
+    return req, adm.offer(req)
+
+
+async def test_admit_at_once_and_leave_once() -> None:
     adm, _, sched = make()
-    t = adm.submit(task(), 20, streaming=False)
-    assert t.future.done() and t.future.result().action is Action.ADMIT
-    assert sched.load == 1 and t.running
-    assert adm.release(t, "finish") is Outcome.SERVED
-    for how in ("finish", "fail", "cancel"):
-        assert adm.release(t, how) is None  # type: ignore[arg-type]
+    r, f = offer(adm, task(), 20)
+    assert f.done() and f.result().action is Action.ADMIT
+    assert sched.load == 1 and sched.is_running(r.id) and r.admitted_at is not None
+    assert adm.leave(r, served=True, tokens=20) is Outcome.SERVED
+    for served in (True, False):
+        assert adm.leave(r, served=served) is None
     assert sched.load == 0 and adm.active == 0
     assert [e.call for e in adm.trace or []].count("finish") == 1
 
 
 async def test_min_tokens_raise_the_expected_tokens() -> None:
     adm, _, _ = make()
-    assert adm.submit(task(tokens=50), 400, streaming=False).req.tokens == 50
-    assert adm.submit(task(tokens=50), 400, streaming=False, min_tokens=300).req.tokens == 300
-    assert adm.submit(task(tokens=50), 400, streaming=False, min_tokens=20).req.tokens == 50
+    assert offer(adm, task(tokens=50), 400)[0].tokens == 50
+    assert offer(adm, task(tokens=50), 400, min_tokens=300)[0].tokens == 300
+    assert offer(adm, task(tokens=50), 400, min_tokens=20)[0].tokens == 50
 
 
-async def test_release_admits_the_next() -> None:
+async def test_leaving_admits_the_next() -> None:
     adm, _, sched = make(max_concurrency=1)
-    a = adm.submit(task(), 10, streaming=True)
-    b = adm.submit(task(), 10, streaming=True)
-    assert a.future.done() and not b.future.done()
+    a, fa = offer(adm, task(), 10)
+    b, fb = offer(adm, task(), 10)
+    assert fa.done() and not fb.done()
     assert sched.queued() == 1
-    adm.release(a, "fail")
-    assert b.future.done() and b.future.result().action is Action.ADMIT
-    adm.release(b, "finish")
+    assert adm.leave(a, served=False) is Outcome.CANCELLED_RUNNING
+    assert fb.done() and fb.result().action is Action.ADMIT
+    adm.leave(b, served=True)
     assert sched.load == 0
 
 
-async def test_cancel_while_queued_leaves_the_queue() -> None:
+async def test_a_queued_request_is_cancelled_whatever_it_says() -> None:
     adm, _, sched = make(max_concurrency=1)
-    a = adm.submit(task(), 10, streaming=False)
-    b = adm.submit(task(), 10, streaming=False)
-    assert adm.release(b, "finish") is Outcome.CANCELLED_QUEUED  # never admitted: cancelled
-    assert sched.queued() == 0 and b.future.cancelled()
-    assert adm.release(a, "cancel") is Outcome.CANCELLED_RUNNING
+    a, _ = offer(adm, task(), 10)
+    b, fb = offer(adm, task(), 10)
+    assert adm.leave(b, served=True) is Outcome.CANCELLED_QUEUED  # never admitted: cancelled
+    assert sched.queued() == 0 and fb.cancelled()
+    assert adm.leave(a, served=False) is Outcome.CANCELLED_RUNNING
     assert sched.load == 0
 
 
 async def test_queue_full_rejects_at_once() -> None:
     adm, _, _ = make(max_concurrency=1, queue_cap=1)
-    adm.submit(task(), 10, streaming=False)
-    adm.submit(task(), 10, streaming=False)
-    c = adm.submit(task(), 10, streaming=False)
-    d = c.future.result()
+    offer(adm, task(), 10)
+    offer(adm, task(), 10)
+    c, fc = offer(adm, task(), 10)
+    d = fc.result()
     assert d.action is Action.REJECT and d.outcome is Outcome.REJECTED_QUEUE_FULL
-    assert c.released and adm.release(c, "cancel") is None
+    assert c.outcome is Outcome.REJECTED_QUEUE_FULL and adm.active == 2
+    assert adm.leave(c, served=False) is None  # the REJECT had let it go
 
 
 async def test_one_timer_demotes_then_expires_without_polling() -> None:
     # f(1) = 100 tok/s, 50 tokens, SLA 1 s: hopeless from arrival + 0.5 s.
     adm, loop, sched = make(speed=100.0, max_concurrency=1, lpq_timeout_s=0.2)
-    a = adm.submit(task(), 50, streaming=False)
-    b = adm.submit(task(), 50, streaming=False)
+    a, _ = offer(adm, task(), 50)
+    b, fb = offer(adm, task(), 50)
     arrival = b.arrival
     assert [t.when() for t in loop.pending()] == [pytest.approx(arrival + 0.5)]
     loop.advance(0.49)
     assert b.tier is Tier.HIGH
     loop.advance(0.02)
-    assert b.tier is Tier.LOW and not b.future.done()
+    assert b.tier is Tier.LOW and not fb.done()
     assert [t.when() for t in loop.pending()] == [pytest.approx(arrival + 0.7)]
     loop.advance(0.2)
-    d = b.future.result()
+    d = fb.result()
     assert d.action is Action.REJECT and d.outcome is Outcome.REJECTED_LPQ_TIMEOUT
     assert d.at == pytest.approx(arrival + 0.7)
     assert loop.pending() == []
     timer_polls = [e for e in adm.trace or [] if e.call == "timer"]
     assert len(timer_polls) == 2  # one wake-up per demotion or expiry, nothing else
-    adm.release(a, "finish")
+    adm.leave(a, served=True)
     assert sched.load == 0 and sched.queued() == 0
 
 
 async def test_retry_after_formula() -> None:
     adm, loop, _ = make(speed=50.0)
     assert adm.retry_after_s() == 1  # nothing runs
-    s = adm.submit(task(tokens=400), 400, streaming=True)  # 400 tokens at f(L)
-    n = adm.submit(task(tokens=300), 300, streaming=False)
-    s.tokens_out = 100  # 300 left -> 6 s at 50 tok/s
+    s, _ = offer(adm, task(tokens=400), 400)  # 400 tokens at f(L)
+    n, _ = offer(adm, task(tokens=300), 300)  # reports nothing: estimated
+    adm.progress(s, 100)  # 300 left -> 6 s at 50 tok/s
     loop.advance(1.0)  # the non-stream has done ~50 -> 250 left -> 5 s
     assert adm.retry_after_s() == 5
-    s.tokens_out = 390  # 10 left -> 0.2 s -> rounded up to 1
+    adm.progress(s, 390)  # 10 left -> 0.2 s -> rounded up to 1
     assert adm.retry_after_s() == 1
-    adm.release(s, "finish")
-    adm.release(n, "finish")
+    adm.leave(s, served=True)
+    adm.leave(n, served=True)
 
 
 async def test_real_loop_timer_fires() -> None:
     sched = Scheduler(flat(1000.0), Policy(max_concurrency=1, lpq_timeout_s=0.05), seed=0)
     adm = Admission(sched)
-    a = adm.submit(task(sla=0.1, tokens=50), 50, streaming=False)
-    b = adm.submit(task(sla=0.1, tokens=50), 50, streaming=False)
-    d = await asyncio.wait_for(b.future, 1.0)  # demoted at 0.05 s, expired at 0.10 s
+    a, _ = offer(adm, task(sla=0.1, tokens=50), 50)
+    _, fb = offer(adm, task(sla=0.1, tokens=50), 50)
+    d = await asyncio.wait_for(fb, 1.0)  # demoted at 0.05 s, expired at 0.10 s
     assert d.outcome is Outcome.REJECTED_LPQ_TIMEOUT
-    adm.release(a, "finish")
+    adm.leave(a, served=True)
     adm.close()
+
+
+class Boom(Exception):
+    pass
+
+
+def boom(*_: object, **__: object) -> None:
+    raise Boom
+
+
+async def test_an_offer_that_raises_leaves_nothing() -> None:
+    adm, loop, sched = make()
+    sched.offer = boom  # type: ignore[method-assign]
+    with pytest.raises(Boom):
+        offer(adm, task(), 10)
+    assert adm.active == 0 and sched.load == 0 and sched.queued() == 0
+    assert adm.trace == [] and loop.pending() == []
+
+
+async def test_a_decision_that_fails_fails_only_its_own_request() -> None:
+    adm, _, sched = make(max_concurrency=1, window_size=1)  # admitted in arrival order
+    a, _ = offer(adm, task(), 10)
+    b, fb = offer(adm, task(), 10)
+    c, fc = offer(adm, task(), 10)
+
+    def fail_for_b(d: Decision) -> None:
+        if d.request is b:
+            raise Boom
+
+    adm.on_decision = fail_for_b
+    adm.leave(a, served=True)  # admits b, whose decision fails
+    assert isinstance(fb.exception(), Boom) and not fc.done()
+    assert sched.is_running(b.id)
+    assert adm.leave(b, served=False) is Outcome.CANCELLED_RUNNING  # its flow ends it
+    assert fc.result().action is Action.ADMIT
+    adm.leave(c, served=True)
+    assert sched.load == 0 and adm.active == 0
+
+
+async def test_drop_frees_the_slot_when_finish_raises() -> None:
+    adm, _, sched = make(max_concurrency=1)
+    a, _ = offer(adm, task(), 10)
+    b, fb = offer(adm, task(), 10)
+    sched.finish = boom  # type: ignore[method-assign]
+    with pytest.raises(Boom):
+        adm.leave(a, served=True)
+    adm.drop(a)
+    assert not sched.is_running(a.id) and adm.active == 1
+    assert fb.result().action is Action.ADMIT  # the next one goes in all the same
+    adm.drop(b)
+    adm.drop(b)  # nothing left to drop
+    assert sched.load == 0 and sched.queued() == 0 and adm.active == 0
 
 
 Op = tuple[str, int, float]
@@ -190,7 +262,7 @@ Op = tuple[str, int, float]
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from(["submit", "finish", "fail", "cancel", "advance"]),
+            st.sampled_from(["offer", "finish", "cancel", "advance"]),
             st.integers(0, 30),
             st.floats(0.0, 0.4),
         ),
@@ -204,24 +276,31 @@ def test_no_leak_under_any_interleaving(ops: list[Op], cap: int) -> None:
 
 async def _interleave(ops: list[Op], cap: int) -> None:
     adm, loop, sched = make(speed=200.0, max_concurrency=cap, queue_cap=6, lpq_timeout_s=0.3)
-    tickets: list[Ticket] = []
+    offered: list[tuple[SchedRequest, asyncio.Future[Decision]]] = []
+    left: set[str] = set()
     rng = random.Random(len(ops))
+
+    def rejected(f: asyncio.Future[Decision]) -> bool:
+        return f.done() and not f.cancelled() and f.result().action is Action.REJECT
+
     for op, i, x in ops:
-        if op == "submit":
+        if op == "offer":
             sla = rng.choice([0.2, 0.5, 2.0])
-            tickets.append(adm.submit(task(sla=sla), rng.randint(1, 100), streaming=x > 0.2))
+            offered.append(offer(adm, task(sla=sla), rng.randint(1, 100)))
         elif op == "advance":
             loop.advance(x)
-        elif tickets:
-            t = tickets[i % len(tickets)]
-            first = not t.released
-            out = adm.release(t, op)  # type: ignore[arg-type]
+        elif offered:
+            r, f = offered[i % len(offered)]
+            first = r.id not in left and not rejected(f)
+            out = adm.leave(r, served=op == "finish")
+            left.add(r.id)
             assert (out is not None) == first
-        live = [t for t in tickets if not t.released]
-        assert sched.load == sum(t.admitted_at is not None for t in live)
-        assert sched.queued() == sum(t.admitted_at is None for t in live)
+        live = [r for r, f in offered if r.id not in left and not rejected(f)]
+        assert sched.load == sum(r.admitted_at is not None for r in live)
+        assert sched.queued() == sum(r.admitted_at is None for r in live)
+        assert adm.active == len(live)
         assert sched.load <= cap
-    for t in tickets:
-        adm.release(t, "cancel")
+    for r, _ in offered:
+        adm.leave(r, served=False)
     assert sched.load == 0 and sched.queued() == 0 and adm.active == 0
     assert loop.pending() == []

@@ -14,7 +14,7 @@ import time
 
 import httpx
 import pytest
-from gateway_support import GatewayFactory, sim_running
+from gateway_support import GatewayFactory, idle, sim_running
 
 from saber.gateway import RunningGateway
 from saber.scheduler import Action
@@ -26,16 +26,6 @@ LONG = 5000  # tokens: seconds of generation even at the test time scale
 
 def metrics(gw: RunningGateway) -> str:
     return httpx.get(gw.url + "/metrics").text
-
-
-def idle(gw: RunningGateway, sim: RunningSim) -> bool:
-    s = gw.gateway.scheduler
-    return (
-        gw.gateway.admission.active == 0
-        and s.load == 0
-        and s.queued() == 0
-        and sim_running(sim) == 0
-    )
 
 
 def body(sim: RunningSim, tokens: int, stream: bool) -> dict[str, object]:

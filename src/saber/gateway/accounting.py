@@ -1,88 +1,84 @@
-"""After a request: its metrics and its one log line, from what the exchange recorded."""
+"""A finished request's metrics and its one log line. Called only from ``Flow.finalize``.
+
+Every time is on the admission clock and measured from the request's one arrival
+stamp: the queue wait to when it left the queue, TTFT to its first generated
+token, the latency (and so the SLA verdict) to when it was finalized, which for a
+served request is when the backend's answer was complete.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from saber.gateway.access_log import log_request
-from saber.gateway.admission import Ticket
-from saber.gateway.outcomes import STATUS, Outcome
-from saber.gateway.payload import Call
+from saber.scheduler import Outcome
 
 if TYPE_CHECKING:
-    from saber.gateway.state import Gateway
+    from saber.gateway.flow import Flow
 
 
-@dataclass(slots=True)
-class Record:
-    """What happened to one request. Times are ``time.perf_counter()`` seconds."""
-
-    offered: float = 0.0  # handed to the scheduler
-    left_queue: float | None = None  # admitted, or turned away after waiting
-    first_token: float | None = None  # first generated text relayed (streams)
-    upstream_done: float | None = None  # the backend's answer fully read
-    end: float | None = None  # the last byte handed to the client
-    tokens: int = 0  # generated, from the backend's usage or counted
-    status: int | None = None  # the HTTP status the client got
-    error: str | None = None
-
-
-def account(gw: Gateway, call: Call, ticket: Ticket, outcome: Outcome, rec: Record) -> None:
-    """Count the request in the metrics and write its log line. Called once."""
-    m = gw.metrics.task(call.task.name)
+def account(
+    flow: Flow, outcome: Outcome, status: int, error: str | None, fault: str | None
+) -> None:
+    """Count the request in the metrics and write its log line."""
+    gw = flow.gw
+    m = gw.metrics.task(flow.task_name)
     m.outcomes[outcome].inc()
-    admitted = rec.left_queue if ticket.admitted_at is not None else None
-    queue_s = (
-        rec.left_queue if rec.left_queue is not None else rec.end or rec.offered
-    ) - rec.offered
-    if outcome is not Outcome.REJECTED_QUEUE_FULL:
-        m.queue_wait.observe(max(queue_s, 0.0))
-    if rec.first_token is not None:
-        m.ttft.observe(rec.first_token - call.received)
+    if fault is not None:
+        gw.metrics.backend_errors.labels(fault).inc()
+    queue_s = None
+    if flow.left_queue is not None and outcome is not Outcome.REJECTED_QUEUE_FULL:
+        queue_s = max(flow.left_queue - flow.arrival, 0.0)
+        m.queue_wait.observe(queue_s)
+    ttft = None if flow.first_token is None else flow.first_token - flow.arrival
+    if ttft is not None:
+        m.ttft.observe(ttft)
     latency = sla_met = None
-    if outcome in (Outcome.SERVED, Outcome.SERVED_DEMOTED) and rec.end is not None:
-        latency = rec.end - call.received
-        sla_met = latency <= call.task.sla_s
+    end = flow.ended
+    if outcome.served and end is not None and flow.task is not None:
+        latency = end - flow.arrival
+        sla_met = latency <= flow.task.sla_s
         m.latency.observe(latency)
         (m.sla_within if sla_met else m.sla_outside).inc()
-        done = rec.upstream_done or rec.end
-        if admitted is not None and rec.tokens > 0 and done > admitted:
-            m.speed.observe(rec.tokens / (done - admitted))
-    if rec.tokens:
-        m.tokens.inc(rec.tokens)
+        admitted = flow.req.admitted_at if flow.req is not None else None
+        if admitted is not None and flow.tokens > 0 and end > admitted:
+            m.speed.observe(flow.tokens / (end - admitted))
+    if flow.tokens:
+        m.tokens.inc(flow.tokens)
     if gw.config.log_requests:
-        log_request(_fields(call, ticket, outcome, rec, queue_s, latency, sla_met))
+        log_request(_fields(flow, outcome, status, error, queue_s, ttft, latency, sla_met))
 
 
 def _fields(
-    call: Call,
-    ticket: Ticket,
+    flow: Flow,
     outcome: Outcome,
-    rec: Record,
-    queue_s: float,
+    status: int,
+    error: str | None,
+    queue_s: float | None,
+    ttft: float | None,
     latency: float | None,
     sla_met: bool | None,
 ) -> dict[str, Any]:
-    ttft = None if rec.first_token is None else rec.first_token - call.received
+    payload = flow.call.payload if flow.call is not None else None
+    req = flow.req
     return {
-        "id": ticket.id,
-        "endpoint": call.endpoint,
-        "task": call.task.name,
-        "task_via": call.via,
+        "id": flow.id,
+        "endpoint": flow.endpoint,
+        "task": flow.task_name,
+        "task_via": flow.via,
         "outcome": outcome.value,
-        "status": rec.status if rec.status is not None else STATUS[outcome],
-        "stream": call.payload.stream,
-        "model": call.payload.model,
-        "tier": ticket.tier.value,
+        "status": status,
+        "stream": payload.stream if payload is not None else None,
+        "model": payload.model if payload is not None else None,
+        "tier": req.tier.value if req is not None else None,
         "queue_ms": _ms(queue_s),
         "ttft_ms": _ms(ttft),
         "latency_ms": _ms(latency),
-        "tokens": rec.tokens,
-        "expected_tokens": ticket.req.tokens,
-        "sla_s": call.task.sla_s,
+        "tokens": flow.tokens,
+        "expected_tokens": req.tokens if req is not None else None,
+        "sla_s": flow.task.sla_s if flow.task is not None else None,
         "sla_met": sla_met,
-        "error": rec.error,
+        "error": error,
     }
 
 

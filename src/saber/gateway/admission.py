@@ -1,55 +1,29 @@
 """Drives the pure scheduler from asyncio: futures, events, one timer.
 
-Every event (an arrival, a release) calls the scheduler, applies the decisions it
-returns, and re-arms the single timer at ``next_wakeup()``: the next moment a
-queued request must be demoted or an LPQ entry expires. Nothing polls.
+Every event (an arrival, a request leaving) calls the scheduler, applies the
+decisions it returns, and re-arms the single timer at ``next_wakeup()``: the next
+moment a queued request must be demoted or an LPQ entry expires. Nothing polls.
 
-The scheduler's clock is the event loop's (``loop.time()``, monotonic seconds).
+The scheduler's clock is the event loop's (``loop.time()``, monotonic seconds),
+and so is every time the gateway measures a request by: one clock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
-from saber.config import TaskType
-from saber.scheduler import Action, Decision, Outcome, SchedRequest, Scheduler, Tier, request_for
+from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.scheduler import Action, Decision, Outcome, SchedRequest, Scheduler
 
-Release = Literal["finish", "fail", "cancel"]
+log = logging.getLogger(GATEWAY_LOGGER)
 
 RETRY_AFTER_MIN_S = 1
 RETRY_AFTER_MAX_S = 120
-
-
-@dataclass(eq=False, slots=True)
-class Ticket:
-    """One request's place in the scheduler, from offer to release."""
-
-    req: SchedRequest
-    task: TaskType
-    streaming: bool
-    future: asyncio.Future[Decision]
-    tier: Tier = Tier.HIGH
-    admitted_at: float | None = None  # loop time
-    tokens_out: int = 0  # generated so far, as counted by the relay
-    released: bool = False
-    outcome: Outcome | None = None  # how it left the scheduler
-
-    @property
-    def id(self) -> str:
-        return self.req.id
-
-    @property
-    def arrival(self) -> float:
-        return self.req.arrival
-
-    @property
-    def running(self) -> bool:
-        return self.admitted_at is not None and not self.released
 
 
 @dataclass(slots=True)
@@ -63,7 +37,12 @@ class TraceEntry:
 
 
 class Admission:
-    """The gateway's only door to the scheduler."""
+    """The gateway's only door to the scheduler.
+
+    It knows the requests it has offered and not yet seen leave (``active``), the
+    future each queued one waits on, and the tokens a relay has reported for a
+    running one; where a request is (queued, running, let go) it asks the scheduler.
+    """
 
     def __init__(
         self,
@@ -74,9 +53,11 @@ class Admission:
         trace: bool = False,
     ) -> None:
         self.scheduler = scheduler
+        self.on_decision = on_decision  # called with every decision, before it is applied
         self._loop = loop or asyncio.get_running_loop()
-        self._on_decision = on_decision
-        self._tickets: dict[str, Ticket] = {}
+        self._requests: dict[str, SchedRequest] = {}  # offered, not yet gone
+        self._waiting: dict[str, asyncio.Future[Decision]] = {}  # queued: ADMIT or REJECT
+        self._tokens: dict[str, int] = {}  # generated so far, as a relay reported
         self._ids = itertools.count(1)
         self._last_now = -math.inf
         self._timer: asyncio.TimerHandle | None = None
@@ -93,59 +74,64 @@ class Admission:
         self._last_now = t
         return t
 
+    def new_id(self) -> str:
+        # Zero-padded, so that ids sort in arrival order when two arrive in one tick.
+        return f"r{next(self._ids):09d}"
+
     # -- events -----------------------------------------------------------------------
 
-    def submit(
-        self, task: TaskType, max_tokens: int | None, *, streaming: bool, min_tokens: int = 0
-    ) -> Ticket:
-        """Offer a new request. Its future resolves with ADMIT or REJECT, maybe at once.
-
-        ``min_tokens`` is what the backend will generate at the least (vLLM's
-        ``min_tokens``): the expected tokens are raised to it.
-        """
+    def offer(self, req: SchedRequest) -> asyncio.Future[Decision]:
+        """Offer a new request. The future resolves with its ADMIT or REJECT, maybe at
+        once, or with the exception that applying that decision raised. If the
+        scheduler raises, nothing of the request is left behind."""
         now = self.now()
-        req = request_for(
-            task,
-            # Zero-padded, so that ids sort in arrival order when two arrive in one tick.
-            id=f"r{next(self._ids):09d}",
-            arrival=now,
-            max_tokens=max_tokens,
-            min_tokens=min_tokens,
-        )
-        ticket = Ticket(req, task, streaming, self._loop.create_future())
-        self._tickets[req.id] = ticket
-        self._record("offer", now, req, self.scheduler.offer(req, now))
-        return ticket
+        decisions = self.scheduler.offer(req, now)
+        future: asyncio.Future[Decision] = self._loop.create_future()
+        self._requests[req.id] = req
+        self._waiting[req.id] = future
+        self._record("offer", now, req, decisions)
+        return future
 
-    def release(self, ticket: Ticket, how: Release) -> Outcome | None:
-        """Give the ticket's queue place or slot back. Safe to call any number of
-        times from any path: only the first call does anything.
+    def progress(self, req: SchedRequest, tokens: int) -> None:
+        """A relay's count of the tokens ``req`` has generated so far, each time it
+        changes (``Flow.progress``): the one door through which a running request's
+        progress reaches admission. ``retry_after_s`` reads it."""
+        if req.id in self._requests:
+            self._tokens[req.id] = tokens
 
-        A ticket that was never admitted is always cancelled (taken out of its
-        queue), whatever ``how`` says.
+    def leave(
+        self, req: SchedRequest, *, served: bool, tokens: int | None = None
+    ) -> Outcome | None:
+        """Take ``req`` out of the scheduler, wherever it is, then admit what that allows.
+
+        Running, it finishes if ``served`` (having generated ``tokens``), else it is
+        cancelled; queued, it is cancelled. Returns how the scheduler saw it leave, or
+        None if the scheduler no longer held it (a REJECT had let it go).
         """
-        if ticket.released:
-            return None
-        ticket.released = True
-        self._tickets.pop(ticket.id, None)
+        self._forget(req.id)
         now = self.now()
-        if ticket.admitted_at is None or how == "cancel":
-            outcome = self.scheduler.cancel(ticket.id, now)
-            call = "cancel"
-        elif how == "finish":
-            outcome = self.scheduler.finish(ticket.id, now)
-            call = "finish"
+        sched = self.scheduler
+        if served and sched.is_running(req.id):
+            call, outcome = "finish", sched.finish(req.id, now, tokens)
+        elif sched.is_running(req.id) or sched.is_queued(req.id):
+            call, outcome = "cancel", sched.cancel(req.id, now)
         else:
-            outcome = self.scheduler.cancel(ticket.id, now)
-            call = "fail"
-        ticket.outcome = outcome or ticket.outcome
-        if self.trace is not None:
-            self.trace.append(TraceEntry(call, now, ticket.id))
-        if outcome is not None:
-            self._record("poll", now, None, self.scheduler.poll(now))
-        if not ticket.future.done():
-            ticket.future.cancel()
+            return None
+        self._after_leaving(call, now, req.id)
         return outcome
+
+    def drop(self, req: SchedRequest) -> None:
+        """Free ``req``'s place after ``leave`` raised: cancelled if the scheduler still
+        holds it, whatever else fails."""
+        self._forget(req.id)
+        now = self.now()
+        try:
+            if self.scheduler.cancel(req.id, now) is None:
+                return
+        except Exception:
+            # Its running slot is freed before the scheduler can fail (the token clock).
+            log.exception("the scheduler failed to cancel a request", extra={"id": req.id})
+        self._after_leaving("cancel", now, req.id)
 
     def close(self) -> None:
         """Stop the timer (at shutdown)."""
@@ -155,33 +141,43 @@ class Admission:
 
     # -- internals --------------------------------------------------------------------
 
+    def _forget(self, req_id: str) -> None:
+        self._requests.pop(req_id, None)
+        self._tokens.pop(req_id, None)
+        future = self._waiting.pop(req_id, None)
+        if future is not None and not future.done():
+            future.cancel()
+
+    def _after_leaving(self, call: str, now: float, req_id: str) -> None:
+        if self.trace is not None:
+            self.trace.append(TraceEntry(call, now, req_id))
+        self._record("poll", now, None, self.scheduler.poll(now))
+
     def _record(
         self, call: str, now: float, arg: SchedRequest | None, decisions: list[Decision]
     ) -> None:
         if self.trace is not None:
             self.trace.append(TraceEntry(call, now, arg, list(decisions)))
-        self._apply(decisions)
+        for d in decisions:
+            self._apply(d)
         self._rearm()
 
-    def _apply(self, decisions: list[Decision]) -> None:
-        for d in decisions:
-            ticket = self._tickets.get(d.request.id)
-            if self._on_decision is not None:
-                self._on_decision(d)
-            if ticket is None:  # pragma: no cover - the scheduler only knows our tickets
-                continue
-            if d.action is Action.ADMIT:
-                ticket.admitted_at = d.at
-                ticket.tier = d.tier
-            elif d.action is Action.DEMOTE:
-                ticket.tier = Tier.LOW
-                continue
-            else:  # REJECT: the scheduler has already let it go
-                ticket.released = True
-                ticket.outcome = d.outcome
-                self._tickets.pop(ticket.id, None)
-            if not ticket.future.done():
-                ticket.future.set_result(d)
+    def _apply(self, d: Decision) -> None:
+        """One decision: the request's future learns it. If applying it fails, the
+        future carries the error instead, so that its own request ends, not another."""
+        future = None if d.action is Action.DEMOTE else self._waiting.pop(d.request.id, None)
+        try:
+            if self.on_decision is not None:
+                self.on_decision(d)
+            if d.action is Action.REJECT:  # the scheduler has already let it go
+                self._requests.pop(d.request.id, None)
+            if future is not None and not future.done():
+                future.set_result(d)
+        except Exception as exc:
+            if future is None or future.done():
+                log.exception("applying a scheduler decision failed", extra={"id": d.request.id})
+            else:
+                future.set_exception(exc)
 
     def _rearm(self) -> None:
         when = self.scheduler.next_wakeup()
@@ -201,39 +197,41 @@ class Admission:
         now = self.now()
         if due is not None and now < due:
             now = self._last_now = due
-        self._record("timer", now, None, self.scheduler.poll(now))
+        try:
+            self._record("timer", now, None, self.scheduler.poll(now))
+        except Exception:
+            log.exception("the scheduler failed on its timer")
+            self._rearm()
 
     # -- what the routes ask ----------------------------------------------------------
 
     @property
     def active(self) -> int:
-        """Requests the gateway holds a ticket for: queued or running."""
-        return len(self._tickets)
+        """Requests offered and not yet gone: queued or running."""
+        return len(self._requests)
 
-    def running(self) -> list[Ticket]:
-        return [t for t in self._tickets.values() if t.running]
+    def running(self) -> list[SchedRequest]:
+        return [r for r in self._requests.values() if self.scheduler.is_running(r.id)]
 
     def retry_after_s(self) -> int:
         """Predicted seconds until a running request finishes and frees its slot.
 
         With L requests running, each at the predicted speed f(L), request i
         still has ``r_i = max(tokens_i - done_i, 1)`` tokens to generate, where
-        ``done_i`` is what the relay has counted for a stream, or
-        ``elapsed_i * f(L)`` for a non-streaming request. The first slot frees at
-        ``min_i r_i / f(L)``; the answer is that, rounded up and kept within
-        [1, 120] seconds (1 when nothing runs).
+        ``done_i`` is what its relay has reported (a stream), or
+        ``elapsed_i * f(L)`` for a request that reports nothing (non-streaming). The
+        first slot frees at ``min_i r_i / f(L)``; the answer is that, rounded up and
+        kept within [1, 120] seconds (1 when nothing runs).
         """
         running = self.running()
         if not running:
             return RETRY_AFTER_MIN_S
         now = self.now()
         speed = self.scheduler.predicted_speed(len(running))
-        remaining = min(
-            max(
-                t.req.tokens
-                - (t.tokens_out if t.streaming else (now - (t.admitted_at or now)) * speed),
-                1.0,
-            )
-            for t in running
-        )
+
+        def done(r: SchedRequest) -> float:
+            reported = self._tokens.get(r.id)
+            return reported if reported is not None else (now - (r.admitted_at or now)) * speed
+
+        remaining = min(max(r.tokens - done(r), 1.0) for r in running)
         return int(min(max(math.ceil(remaining / speed), RETRY_AFTER_MIN_S), RETRY_AFTER_MAX_S))

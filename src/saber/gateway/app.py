@@ -13,12 +13,12 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from saber import wire
 from saber.gateway.access_log import GATEWAY_LOGGER
-from saber.gateway.errors import error_body
-from saber.gateway.routes import completion, router
+from saber.gateway.errors import internal
+from saber.gateway.routes import COMPLETION_ROUTES, completion, router
 from saber.gateway.settings import GatewaySettings
 from saber.gateway.state import Gateway
-from saber.gateway.tasks import Endpoint
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -60,14 +60,12 @@ def create_app(
 class GatewayApp:
     """The ASGI app uvicorn serves.
 
-    The two relayed routes go straight to their handler; everything else, and the
-    lifespan, goes through FastAPI. FastAPI's middleware, routing and dependency
-    layers cost about a third of the gateway's own time per request
-    (bench/overhead.py), which every relayed request would pay; the handler is
-    the same one FastAPI's routes call.
+    The relayed routes (``COMPLETION_ROUTES``) go straight to their handler;
+    everything else, and the lifespan, goes through FastAPI. FastAPI's middleware,
+    routing and dependency layers cost about a third of the gateway's own time per
+    request (bench/overhead.py), which every relayed request would pay; the handler
+    is the same one FastAPI's routes call.
     """
-
-    HOT: dict[str, Endpoint] = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 
     def __init__(self, api: FastAPI, gateway: Gateway) -> None:
         self.api = api
@@ -75,33 +73,30 @@ class GatewayApp:
         self.state = api.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = self.HOT.get(scope.get("path", "")) if scope["type"] == "http" else None
+        endpoint = COMPLETION_ROUTES.get(scope.get("path", "")) if scope["type"] == "http" else None
         if endpoint is None or scope["method"] != "POST":
             await self.api(scope, receive, send)
             return
         try:
             response = await completion(self.gateway, Request(scope, receive), endpoint)
-        except Exception as exc:
+        except Exception as exc:  # before its flow existed (a gateway not started)
             response = await _unexpected(Request(scope), exc)
         await response(scope, receive, send)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    body = error_body(str(exc.detail), status=exc.status_code, code=_code(exc.status_code))
+    body = wire.error_body(str(exc.detail), exc.status_code, code=_code(exc.status_code))
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:  # pragma: no cover
-    return JSONResponse(error_body(str(exc), status=400), status_code=400)
+    return JSONResponse(wire.error_body(str(exc), 400), status_code=400)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.error("unhandled error", exc_info=exc)
-    return JSONResponse(
-        error_body(f"internal error: {type(exc).__name__}", status=500, code="internal_error"),
-        status_code=500,
-    )
+    return internal(exc).response()
 
 
 def _code(status: int) -> str:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import httpx
 
+from saber import wire
 from saber.backend import BackendError, BackendInfo, BackendKind, BackendLoad, fetch_load
 from saber.backend import describe as describe_backend
 from saber.config import BackendSettings
@@ -48,7 +49,7 @@ def control_client(
     settings: BackendSettings, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
     """A client for the backend's /version, /v1/models, /props and /metrics."""
-    headers = {"authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    headers = wire.auth_headers(settings.api_key)
     # Per request; a scrape as a whole is bounded tighter by BackendWatch.scrape_timeout.
     timeout = httpx.Timeout(PROBE_TIMEOUT_S, connect=settings.connect_timeout_s)
     if transport is not None:  # tests: the same fake backend as the relay's

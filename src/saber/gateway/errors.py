@@ -1,4 +1,4 @@
-"""OpenAI-style error bodies, and the exception that carries one to the client."""
+"""The exception that carries an answer the gateway gives by itself to the client."""
 
 from __future__ import annotations
 
@@ -7,28 +7,9 @@ from typing import Any
 
 from starlette.responses import Response
 
-from saber.gateway.outcomes import STATUS, Outcome
-
-# The "type" field OpenAI uses for each family of status codes.
-_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-}
-
-
-def error_type(status: int) -> str:
-    return _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-
-
-def error_body(
-    message: str, *, status: int, code: str | None = None, param: str | None = None
-) -> dict[str, Any]:
-    """The body OpenAI (and vLLM) send with an error, which SDKs know how to read."""
-    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
+from saber import wire
+from saber.gateway.outcomes import STATUS
+from saber.scheduler import Outcome
 
 
 class GatewayError(Exception):
@@ -53,7 +34,7 @@ class GatewayError(Exception):
         self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.message, status=self.status, code=self.code, param=self.param)
+        return wire.error_body(self.message, self.status, code=self.code, param=self.param)
 
     def response(self, extra_headers: dict[str, str] | None = None) -> Response:
         headers = {**self.headers, **(extra_headers or {})}
@@ -69,3 +50,8 @@ def invalid(
     message: str, *, param: str | None = None, code: str = "invalid_request"
 ) -> GatewayError:
     return GatewayError(Outcome.INVALID_REQUEST, message, param=param, code=code)
+
+
+def internal(exc: BaseException) -> GatewayError:
+    """The answer to a bug: a 500 that names the exception's type, nothing more."""
+    return GatewayError(Outcome.INTERNAL_ERROR, f"internal error: {type(exc).__name__}")

@@ -15,8 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from saber.gateway.outcomes import Outcome
-from saber.scheduler import Action, Decision, Scheduler, Tier
+from saber.scheduler import Action, Decision, Outcome, Scheduler, Tier
 
 if TYPE_CHECKING:
     from saber.gateway.backend_watch import BackendWatch

@@ -21,5 +21,3 @@ STATUS: dict[Outcome, int] = {
 }
 """499: the client had gone; for ``backend_rejected`` the backend's own 4xx is passed
 through."""
-
-__all__ = ["STATUS", "Outcome"]

@@ -15,11 +15,10 @@ from typing import Any
 
 from starlette.requests import Request
 
-from saber.config import TaskType
 from saber.gateway.dialect import VLLM, Dialect
 from saber.gateway.errors import GatewayError, invalid
-from saber.gateway.outcomes import Outcome
-from saber.gateway.tasks import Endpoint, Via
+from saber.gateway.tasks import Endpoint
+from saber.scheduler import Outcome
 
 PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -52,15 +51,12 @@ class Payload:
 
 @dataclass(slots=True)
 class Call:
-    """A checked request, ready to queue and relay."""
+    """A checked request, ready to relay."""
 
     endpoint: Endpoint
     payload: Payload
     body: bytes  # what goes upstream
     headers: list[tuple[bytes, bytes]]  # the client's, raw
-    task: TaskType
-    via: Via
-    received: float  # perf_counter when the route began
     dialect: Dialect  # the backend's, when the request arrived
 
 

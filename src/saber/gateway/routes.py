@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hmac
-import time
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -11,77 +12,103 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
+from saber import wire
 from saber.gateway import payload as payloads
-from saber.gateway.access_log import log_request
-from saber.gateway.errors import GatewayError
+from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.errors import GatewayError, internal, invalid
 from saber.gateway.exchange import Exchange
-from saber.gateway.outcomes import Outcome
-from saber.gateway.payload import Call
+from saber.gateway.flow import Flow
+from saber.gateway.payload import PATHS, Call
 from saber.gateway.state import Gateway
 from saber.gateway.status import status
 from saber.gateway.tasks import BACKEND_MODEL, Endpoint
 from saber.gateway.upstream import BackendFailure
+from saber.scheduler import Outcome, request_for
+
+log = logging.getLogger(GATEWAY_LOGGER)
 
 router = APIRouter()
+
+COMPLETION_ROUTES: dict[str, Endpoint] = {path: endpoint for endpoint, path in PATHS.items()}
+"""The relayed routes: path to endpoint. ``GatewayApp`` serves them directly."""
 
 
 def _gateway(request: Request) -> Gateway:
     return request.app.state.gateway
 
 
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request) -> Response:
-    return await completion(_gateway(request), request, "chat")
+def _completion_route(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        return await completion(_gateway(request), request, endpoint)
+
+    return route
 
 
-@router.post("/v1/completions")
-async def completions(request: Request) -> Response:
-    return await completion(_gateway(request), request, "completions")
+for _path, _endpoint in COMPLETION_ROUTES.items():
+    router.add_api_route(_path, _completion_route(_endpoint), methods=["POST"])
 
 
 async def completion(gw: Gateway, request: Request, endpoint: Endpoint) -> Response:
-    """Check a completion request and hand it to an Exchange, or refuse it."""
-    received = time.perf_counter()
-    task_name = "unknown"
+    """Accept a completion request: stamp its arrival, check and classify it, and hand
+    it to an Exchange; or answer it at once. Either way its flow is finalized once."""
+    flow = Flow(gw, endpoint)
     try:
-        _authorize(gw, request)
-        header = request.headers.get("x-saber-task")
-        if header is not None:
-            task_name = gw.resolver.task_for_header(header).name  # fail before reading the body
-        raw = await payloads.read_body(request, gw.config.max_body_bytes)
-        dialect = gw.dialect
-        payload = payloads.parse(endpoint, raw, dialect)
-        res = gw.resolver.resolve(
-            endpoint, header=header, model=payload.model, max_tokens=payload.max_tokens
-        )
-        task_name = res.task.name
-        model = res.model
-        if model is BACKEND_MODEL:
-            model = await gw.backend_model()
-        assert model is None or isinstance(model, str)
-        body = payload.upstream_body(model)
+        await _accept(flow, request)
     except ClientDisconnect:
+        # It never arrived whole: nothing was offered, nothing to count.
         return Response(status_code=499)
     except BackendFailure as failure:
-        gw.metrics.backend_errors.labels(failure.kind).inc()
-        return _refuse(gw, GatewayError(failure.outcome, failure.message), task_name, endpoint)
+        err = GatewayError(failure.outcome, failure.message)
+        return _answer(flow, err, fault=failure.kind)
     except GatewayError as err:
-        return _refuse(gw, err, task_name, endpoint)
-    call = Call(
-        endpoint, payload, body, request.scope["headers"], res.task, res.via, received, dialect
+        return _answer(flow, err)
+    except Exception as exc:
+        log.exception("internal error while accepting a request", extra={"id": flow.id})
+        return _answer(flow, internal(exc))
+    return Exchange(flow)
+
+
+async def _accept(flow: Flow, request: Request) -> None:
+    """Fill in the flow: its task type, its checked call and its scheduler request."""
+    gw, endpoint = flow.gw, flow.endpoint
+    _authorize(gw, request)
+    header = request.headers.get("x-saber-task")
+    if header is not None:
+        flow.task = gw.resolver.task_for_header(header)  # fail before reading the body
+    raw = await payloads.read_body(request, gw.config.max_body_bytes)
+    dialect = gw.dialect
+    payload = payloads.parse(endpoint, raw, dialect)
+    res = gw.resolver.resolve(
+        endpoint, header=header, model=payload.model, max_tokens=payload.max_tokens
     )
-    return Exchange(gw, call)
+    flow.task, flow.via = res.task, res.via
+    model = res.model
+    if model is BACKEND_MODEL:
+        model = await gw.backend_model()
+    assert model is None or isinstance(model, str)
+    body = payload.upstream_body(model)
+    flow.call = Call(endpoint, payload, body, request.scope["headers"], dialect)
+    try:
+        flow.req = request_for(
+            res.task,
+            id=flow.id,
+            arrival=flow.arrival,
+            max_tokens=payload.max_tokens,
+            min_tokens=payload.min_tokens,
+        )
+    except ValueError as exc:  # a token count no engine serves
+        message = str(exc)
+        field = message.split(" ", 1)[0]
+        shown = message if len(message) <= 200 else message[:200] + "..."
+        raise invalid(shown, param=field if field in payload.body else None) from None
 
 
 def _authorize(gw: Gateway, request: Request) -> None:
     keys = gw.config.api_keys
     if not keys:
         return
-    given = request.headers.get("authorization", "")
-    scheme, _, token = given.partition(" ")
-    if scheme.lower() == "bearer" and any(
-        hmac.compare_digest(token.strip().encode(), key.encode()) for key in keys
-    ):
+    token = wire.bearer_token(request.headers.get("authorization", ""))
+    if token is not None and any(hmac.compare_digest(token.encode(), key.encode()) for key in keys):
         return
     raise GatewayError(
         Outcome.UNAUTHORIZED,
@@ -91,24 +118,15 @@ def _authorize(gw: Gateway, request: Request) -> None:
     )
 
 
-def _refuse(gw: Gateway, err: GatewayError, task: str, endpoint: Endpoint) -> Response:
-    """An answer before queueing: counted and logged like every other request."""
-    gw.metrics.task(task).outcomes[err.outcome].inc()
-    if gw.config.log_requests:
-        log_request(
-            {
-                "endpoint": endpoint,
-                "task": task,
-                "outcome": err.outcome.value,
-                "status": err.status,
-                "error": err.message,
-                "queue_ms": None,
-                "tokens": 0,
-                "latency_ms": None,
-            }
-        )
+def _answer(flow: Flow, err: GatewayError, fault: str | None = None) -> Response:
+    """An answer before queueing, finalized like every other request."""
+    flow.finalize(err.outcome, status=err.status, error=err.message, fault=fault)
     return err.response(
-        {"x-saber-task": task, "x-saber-outcome": err.outcome.value, "x-saber-queue-ms": "0.0"}
+        {
+            "x-saber-task": flow.task_name,
+            "x-saber-outcome": err.outcome.value,
+            "x-saber-queue-ms": "0.0",
+        }
     )
 
 

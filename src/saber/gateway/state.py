@@ -15,11 +15,10 @@ from saber.gateway.admission import Admission
 from saber.gateway.backend_watch import BackendWatch, control_client
 from saber.gateway.dialect import Dialect
 from saber.gateway.metrics import GatewayMetrics
-from saber.gateway.outcomes import Outcome
 from saber.gateway.settings import GatewaySettings
 from saber.gateway.tasks import TaskResolver
 from saber.gateway.upstream import BackendFailure, Upstream, make_client
-from saber.scheduler import Policy, Scheduler
+from saber.scheduler import Outcome, Policy, Scheduler
 
 log = logging.getLogger(GATEWAY_LOGGER)
 

@@ -1,4 +1,5 @@
-"""The one shared upstream client, and what crosses it: headers, bodies, failures.
+"""The upstream client: the one shared connection pool to the backend, the requests
+sent on it, the headers that cross it, and its failures as outcomes.
 
 Requests only ever go to the configured backend: the URL is built from the
 backend's base and a fixed path, never from anything the client sent.
@@ -6,13 +7,15 @@ backend's base and a fixed path, never from anything the client sent.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import AsyncIterator, Iterable
 
 import aiohttp
 import httpx
 
+from saber import wire
 from saber.config import BackendSettings
-from saber.gateway.outcomes import Outcome
+from saber.scheduler import Outcome
 
 Header = tuple[bytes, bytes]
 
@@ -59,8 +62,7 @@ def upstream_headers(client: list[Header], api_key: str | None) -> list[Header]:
     out = [(k, v) for k, v in client if k not in drop and not k.startswith(b"x-saber-")]
     if not any(k == b"content-type" for k, _ in out):
         out.append((b"content-type", b"application/json"))
-    if api_key:
-        out.append((b"authorization", b"Bearer " + api_key.encode()))
+    out.extend((k.encode(), v.encode()) for k, v in wire.auth_headers(api_key).items())
     return out
 
 
@@ -186,8 +188,11 @@ class Upstream:
             extensions={"timeout": self._timeout},
         )
 
-    async def open(self, request: httpx.Request) -> httpx.Response:
-        """Send, and return as soon as the status and headers are in.
+    @contextlib.asynccontextmanager
+    async def open(self, request: httpx.Request) -> AsyncIterator[httpx.Response]:
+        """Send, and give the response as soon as its status and headers are in; it is
+        closed when the block exits, which makes the backend abort what it still
+        generates. BackendFailure if no answer comes.
 
         A kept-alive connection that the backend has already dropped fails before any
         answer; the request is sent again, up to RESENDS times, as the pool may hold
@@ -195,6 +200,13 @@ class Upstream:
         are all taken (its extra threads serve one request each), and no engine starts
         work on a request whose connection is gone.
         """
+        response = await self._send(request)
+        try:
+            yield response
+        finally:
+            await response.aclose()
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
         for attempt in range(RESENDS + 1):
             try:
                 return await self.client.send(request, stream=True)
@@ -205,13 +217,10 @@ class Upstream:
 
     async def get_json(self, path: str, timeout: float | None = None) -> tuple[int, object]:
         """A small GET (models, health) with the backend's key."""
-        headers = (
-            {"authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
-        )
         try:
             resp = await self.client.get(
                 self.base + path,
-                headers=headers,
+                headers=wire.auth_headers(self.settings.api_key),
                 timeout=timeout or self.settings.connect_timeout_s,
             )
         except httpx.HTTPError as exc:

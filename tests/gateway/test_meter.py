@@ -1,13 +1,10 @@
-"""SSE framing, token counting and the two usage shapes (vLLM, llama.cpp)."""
+"""Token counting as a stream passes, and the two usage shapes (vLLM, llama.cpp)."""
 
 from __future__ import annotations
 
 import json
 
-from hypothesis import given
-from hypothesis import strategies as st
-
-from saber.gateway.sse import EventSplitter, StreamMeter
+from saber.gateway.meter import StreamMeter
 
 
 def chunk(obj: object) -> bytes:
@@ -112,28 +109,3 @@ def test_error_event_and_comments_pass_through() -> None:
     assert meter.process(err) == err and meter.error["message"] == "boom"
     assert meter.process(b": ping") == b": ping"
     assert meter.process(b"data: not json") == b"data: not json"
-
-
-@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=30), st.booleans())
-def test_splitter_is_independent_of_chunking(cuts: list[int], crlf: bool) -> None:
-    events = [*VLLM_STREAM, b": comment", b"event: x\ndata: {}"]
-    wire = b"".join(e + b"\n\n" for e in events)
-    if crlf:
-        wire = wire.replace(b"\n", b"\r\n")
-    splitter = EventSplitter()
-    got: list[bytes] = []
-    pos = 0
-    for n in cuts * (len(wire) // max(sum(cuts), 1) + 1):
-        if pos >= len(wire):
-            break
-        got += splitter.feed(wire[pos : pos + n])
-        pos += n
-    got += splitter.feed(wire[pos:])
-    assert got == events
-    assert splitter.flush() == b""
-
-
-def test_splitter_flush_returns_unterminated_tail() -> None:
-    s = EventSplitter()
-    assert s.feed(b"data: a\n\ndata: b") == [b"data: a"]
-    assert s.flush() == b"data: b"
