@@ -109,3 +109,17 @@ def test_error_event_and_comments_pass_through() -> None:
     assert meter.process(err) == err and meter.error["message"] == "boom"
     assert meter.process(b": ping") == b": ping"
     assert meter.process(b"data: not json") == b"data: not json"
+
+
+def test_reasoning_and_tool_calls_are_generated_tokens() -> None:
+    meter = StreamMeter(want_usage=False)
+    opening = chunk({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    meter.process(opening)
+    assert not meter.first_token
+    for delta in (
+        {"reasoning_content": "think"},
+        {"reasoning": "more"},
+        {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]},
+    ):
+        meter.process(chunk({"choices": [{"index": 0, "delta": delta}]}))
+    assert meter.first_token and meter.tokens == 3
