@@ -88,6 +88,7 @@ def test_cli_json_rows(capsys, tmp_path):
             "saber_usl_goodput", "saber_linear_goodput", "saber_logistic_goodput",
             "saber_usl_lpq_guard_goodput", "saber_usl_progress_goodput",
             "saber_usl_value_goodput", "saber_usl_value_ratio_mean",
+            "saber_usl_closed-loop_goodput",
         ):  # fmt: skip
             assert key in row
         assert row["best_static_b"] in (10, 50)
@@ -97,17 +98,17 @@ def test_cli_json_rows(capsys, tmp_path):
     # Every variant is summarized against the best static B, faithful SABER first.
     table = text[text.index("SABER variants against the best static B") :]
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| usl")]
-    assert rows[:3] == ["| usl", "| usl+lpq_guard", "| usl+progress"] and "| usl+value" in rows
+    assert rows[:3] == ["| usl", "| usl+closed-loop", "| usl+lpq_guard"] and "| usl+value" in rows
     assert (tmp_path / "fig1_heatmap_oracle.png").stat().st_size > 1000
 
 
 def test_variants_report_the_faithful_algorithm_and_each_option():
     assert VARIANTS[0] == "usl" and {"usl+progress", "usl+value"} <= set(VARIANTS)
     assert parse_variant("usl") == ("usl", {})
-    assert parse_variant("usl+value+lpq_guard") == (
-        "usl",
-        {"protection": "value", "lpq_guard": True},
-    )
+    assert parse_variant("usl+value+lpq_guard") == ("usl", {"protection": "value", "lpq": "guard"})
+    kind, fields = parse_variant("usl+closed-loop+frozen")
+    assert kind == "usl" and fields["protection"] == "frozen" and fields["calibrate"] is True
+    assert "max_concurrency" not in fields
     with pytest.raises(ValueError, match="unknown option"):
         parse_variant("usl+telepathy")
 

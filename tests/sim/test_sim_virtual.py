@@ -8,7 +8,7 @@ import pytest
 
 from saber.config import load_tasks, load_workloads
 from saber.engine import Engine, get_preset
-from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler
+from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler, request_for
 from saber.sim import simulate
 from saber.workload import TraceRequest, generate_trace
 
@@ -38,6 +38,12 @@ class DelayScheduler:
         heapq.heappush(self.due, (now + self.delay, req.id, req))
         out = [Decision(Action.DEMOTE, req, now)] if req.task == "slow" else []
         return out + self.poll(now)
+
+    def request(self, task, **fields) -> SchedRequest:
+        return request_for(task, **fields)
+
+    def progress(self, req_id: str, tokens: int, now: float) -> None:
+        pass
 
     def poll(self, now: float) -> list[Decision]:
         self.times.append(now)

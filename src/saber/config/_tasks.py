@@ -35,6 +35,12 @@ class TaskType(BaseModel):
     expected_output_tokens: int | None = Field(
         default=None, gt=0, description="assumed output length; defaults to the mean"
     )
+    useful_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="how long after arrival an answer is still wanted; a waiting request "
+        "that can no longer finish by then is rejected. None: wanted however late",
+    )
 
     @property
     def expected_tokens(self) -> int:
@@ -47,6 +53,8 @@ class TaskType(BaseModel):
                 f"max_tokens ({self.max_tokens}) is below mean_output_tokens "
                 f"({self.mean_output_tokens})"
             )
+        if self.useful_s is not None and self.useful_s < self.sla_s:
+            raise ValueError(f"useful_s ({self.useful_s}) is below sla_s ({self.sla_s})")
         return self
 
 

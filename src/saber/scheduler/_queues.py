@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections import OrderedDict
@@ -13,12 +14,17 @@ class TaskQueues:
 
     Requests of one task arrive in deadline order, so each task's queue is
     ordered by arrival; ``front`` merges the task queues lazily to find the
-    oldest requests overall.
+    oldest requests overall. ``most_urgent_within`` finds the request with the
+    earliest deadline among those a given speed can serve, in O(groups x log n):
+    within a group of requests of one task expecting the same tokens, the ones a
+    speed can serve are exactly those with a late enough deadline.
     """
 
     def __init__(self) -> None:
         self._by_task: dict[str, OrderedDict[str, SchedRequest]] = {}
         self._where: dict[str, str] = {}
+        # (task, tokens) -> deadlines in order, and the ids in the same order.
+        self._groups: dict[tuple[str, int], tuple[list[float], list[str]]] = {}
 
     def __len__(self) -> int:
         return len(self._where)
@@ -29,12 +35,35 @@ class TaskQueues:
     def push(self, req: SchedRequest) -> None:
         self._by_task.setdefault(req.task, OrderedDict())[req.id] = req
         self._where[req.id] = req.task
+        deadlines, ids = self._groups.setdefault((req.task, req.tokens), ([], []))
+        i = bisect.bisect_right(deadlines, req.deadline)  # the end, but for a tie
+        deadlines.insert(i, req.deadline)
+        ids.insert(i, req.id)
 
     def remove(self, req_id: str) -> SchedRequest | None:
         task = self._where.pop(req_id, None)
         if task is None:
             return None
-        return self._by_task[task].pop(req_id)
+        req = self._by_task[task].pop(req_id)
+        key = (task, req.tokens)
+        deadlines, ids = self._groups[key]
+        i = bisect.bisect_left(deadlines, req.deadline)
+        while ids[i] != req_id:
+            i += 1
+        del deadlines[i], ids[i]
+        if not ids:
+            del self._groups[key]
+        return req
+
+    def most_urgent_within(self, speed: float, now: float) -> SchedRequest | None:
+        """The waiting request with the earliest deadline whose required speed,
+        tokens / (deadline - now), is at most ``speed``; None if there is none."""
+        best: tuple[float, str] | None = None
+        for (_, tokens), (deadlines, ids) in self._groups.items():
+            i = bisect.bisect_left(deadlines, now + tokens / speed)
+            if i < len(ids) and (best is None or deadlines[i] < best[0]):
+                best = (deadlines[i], ids[i])
+        return None if best is None else self.get(best[1])
 
     def get(self, req_id: str) -> SchedRequest | None:
         task = self._where.get(req_id)

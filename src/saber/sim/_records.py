@@ -56,6 +56,7 @@ class SimResult:
     max_running: int = 0
     end: float = 0.0  # when the last step ended
     unfinished: list[str] = field(default_factory=list)
+    swaps: list[float] = field(default_factory=list)  # when a refit replaced f(L)
 
     def goodput(self, task: str | None = None) -> float:
         """Share of requests (of ``task``, if given) that met their SLA; 0..1."""

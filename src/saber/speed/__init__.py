@@ -10,6 +10,7 @@ from saber.speed._linear import LinearModel
 from saber.speed._logdecay import LogDecayModel
 from saber.speed._logistic import LogisticModel
 from saber.speed._metrics import mape, r2_score
+from saber.speed._online import LiveFit, Refit
 from saber.speed._profile import (
     BackendInfo,
     FitScore,
@@ -39,6 +40,7 @@ __all__ = [
     "FitScore",
     "LevelSummary",
     "LinearModel",
+    "LiveFit",
     "LogDecayModel",
     "LogisticModel",
     "ModelInfo",
@@ -47,6 +49,7 @@ __all__ = [
     "Profile",
     "ProfileError",
     "ProfilingInfo",
+    "Refit",
     "SoloUSLModel",
     "SpeedModel",
     "TTFTFit",

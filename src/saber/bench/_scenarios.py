@@ -1,0 +1,271 @@
+"""Scenarios beyond the paper's bursts: what a gateway lives through for days.
+
+Each scenario is a long trace on the engine model in virtual time, realistic mode
+(clients send their task's cap as ``max_tokens``), served in several ways on the
+same trace: every static ``max_num_seqs`` B of the sweep, vLLM's default 256, the
+paper's rule, and the shipped default (closed-loop policy, online refit on). The
+drift scenarios add the default without refit, without any learning, and with the
+true profile. Goodput is reported over the whole run and per phase.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from saber.bench._grid import PAPER_BATCH_SIZES
+from saber.config import TaskType, Workload
+from saber.engine import Engine, get_preset
+from saber.scheduler import Policy, Scheduler
+from saber.sim import SimResult, simulate
+from saber.speed import LiveFit, SpeedModel
+from saber.workload import generate_phased_trace
+
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A long run: arrival phases (duration s, RPS), the engine serving it, what the
+    profile was fitted on, and engine changes during the run."""
+
+    name: str
+    description: str
+    workload: str
+    phases: tuple[tuple[float, float], ...]
+    phase_names: tuple[str, ...]
+    arrival: Literal["poisson", "gamma"] = "poisson"
+    cv: float = 1.0
+    serve: str = "paper"  # the engine preset that serves
+    profile: str = "paper"  # the preset the gateway's profile was fitted on
+    drift: tuple[tuple[float, str], ...] = ()  # (time s, preset) from then on
+
+    @property
+    def duration(self) -> float:
+        return sum(d for d, _ in self.phases)
+
+    @property
+    def drifts(self) -> bool:
+        return self.serve != self.profile or bool(self.drift)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "bursty-W3",
+            "W3, 2,400 requests: gamma arrivals with CV 3 at 6 RPS on average",
+            "W3",
+            ((400.0, 6.0),),
+            ("all",),
+            arrival="gamma",
+            cv=3.0,
+        ),
+        Scenario(
+            "bursty-W1",
+            "W1, 1,600 requests: gamma arrivals with CV 3 at 4 RPS on average",
+            "W1",
+            ((400.0, 4.0),),
+            ("all",),
+            arrival="gamma",
+            cv=3.0,
+        ),
+        Scenario(
+            "step-W3",
+            "W3: 2 min at 3 RPS, a 30 s burst at 20 RPS, then 2.5 min at 6 RPS",
+            "W3",
+            ((120.0, 3.0), (30.0, 20.0), (150.0, 6.0)),
+            ("low", "burst", "recovery"),
+        ),
+        Scenario(
+            "step-W1",
+            "W1: 2 min at 2 RPS, a 30 s burst at 12 RPS, then 2.5 min at 4 RPS",
+            "W1",
+            ((120.0, 2.0), (30.0, 12.0), (150.0, 4.0)),
+            ("low", "burst", "recovery"),
+        ),
+        Scenario(
+            "drift-profile",
+            "W3 at 4 RPS for 8 min on an engine 1.5x slower than the profile says",
+            "W3",
+            ((60.0, 4.0), (420.0, 4.0)),
+            ("first minute", "after"),
+            serve="paper-slow",
+        ),
+        Scenario(
+            "drift-midrun",
+            "W3 at 4 RPS for 10 min; after 4 min the engine becomes 1.5x slower",
+            "W3",
+            ((240.0, 4.0), (60.0, 4.0), (300.0, 4.0)),
+            ("before", "first minute slow", "after"),
+            drift=((240.0, "paper-slow"),),
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way of serving a scenario's trace."""
+
+    name: str
+    static: int | None = None  # max_num_seqs of a bare engine; None: behind a scheduler
+    policy: Policy | None = None
+    refit: bool = False
+    true_profile: bool = False
+
+
+def contenders(scenario: Scenario, batch_sizes: Sequence[int]) -> list[Contender]:
+    out = [Contender(f"static B={b}", static=b) for b in batch_sizes]
+    out.append(Contender(f"vLLM default ({VLLM_DEFAULT_MAX_NUM_SEQS})", static=256))
+    out.append(Contender("paper", policy=Policy.named("paper")))
+    closed = Policy.named("closed-loop")
+    out.append(Contender("default", policy=closed, refit=True))
+    if scenario.drifts:
+        out.append(Contender("default, no refit", policy=closed))
+        open_loop = Policy.named("closed-loop", calibrate=False, learn_lengths=False)
+        out.append(Contender("default, no learning", policy=open_loop))
+        out.append(Contender("default, true profile", policy=closed, refit=True, true_profile=True))
+    return out
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A contender's goodput on one scenario, averaged over seeds (0..100)."""
+
+    contender: str
+    goodput: float
+    phases: list[float]
+    swaps: float = 0.0  # refits swapped in, per run
+
+
+def phase_goodput(result: SimResult, bounds: Sequence[tuple[float, float]]) -> list[float]:
+    """Goodput (0..100) of the requests that arrived within each (start, end)."""
+    out = []
+    for start, end in bounds:
+        recs = [r for r in result.records if start <= r.arrival < end]
+        out.append(100.0 * sum(r.met_sla for r in recs) / len(recs) if recs else float("nan"))
+    return out
+
+
+def _phase_bounds(scenario: Scenario) -> list[tuple[float, float]]:
+    bounds, start = [], 0.0
+    for duration, _ in scenario.phases:
+        bounds.append((start, start + duration))
+        start += duration
+    return bounds
+
+
+def run_scenario(
+    scenario: Scenario,
+    tasks: Mapping[str, TaskType],
+    workloads: Mapping[str, Workload],
+    models: Callable[[str], SpeedModel],
+    *,
+    seeds: Sequence[int],
+    batch_sizes: Sequence[int] = PAPER_BATCH_SIZES,
+    advance: Callable[[], None] = lambda: None,
+) -> list[Outcome]:
+    """Every contender on ``seeds`` traces of ``scenario``. ``models(preset)`` is the
+    speed profile fitted on that engine preset."""
+    serve = get_preset(scenario.serve)
+    drift = [(t, get_preset(name)) for t, name in scenario.drift]
+    bounds = _phase_bounds(scenario)
+    runs: dict[str, list[tuple[SimResult, list[float]]]] = {}
+    for seed in seeds:
+        trace = generate_phased_trace(
+            workloads[scenario.workload],
+            tasks,
+            phases=scenario.phases,
+            seed=seed,
+            mode="realistic",
+            arrival=scenario.arrival,
+            cv=scenario.cv,
+        )
+        for c in contenders(scenario, batch_sizes):
+            engine = Engine(serve, max_num_seqs=c.static or VLLM_DEFAULT_MAX_NUM_SEQS)
+            if c.static is not None:
+                result = simulate(trace, engine, tasks=tasks, drift=drift)
+            else:
+                assert c.policy is not None
+                truth = scenario.drift[-1][1] if scenario.drift else scenario.serve
+                model = models(truth if c.true_profile else scenario.profile)
+                sched = Scheduler(model, c.policy, tasks=tasks, seed=seed)
+                result = simulate(
+                    trace,
+                    engine,
+                    tasks=tasks,
+                    scheduler=sched,
+                    refit=LiveFit() if c.refit else None,
+                    drift=drift,
+                )
+            runs.setdefault(c.name, []).append((result, phase_goodput(result, bounds)))
+            advance()
+    return [
+        Outcome(
+            name,
+            100.0 * statistics.fmean(r.goodput() for r, _ in done),
+            [statistics.fmean(p[i] for _, p in done) for i in range(len(bounds))],
+            statistics.fmean(len(r.swaps) for r, _ in done),
+        )
+        for name, done in runs.items()
+    ]
+
+
+def runs_per_scenario(scenario: Scenario, batch_sizes: Sequence[int]) -> int:
+    return len(contenders(scenario, batch_sizes))
+
+
+def summary(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """The figures the issue asks for: the default against the best static B and
+    vLLM's default over the whole run, and its worst phase against vLLM alone."""
+    by = {o.contender: o for o in outcomes}
+    static = [o for o in outcomes if o.contender.startswith("static B=")]
+    best = max(static, key=lambda o: o.goodput)
+    vllm = by[f"vLLM default ({VLLM_DEFAULT_MAX_NUM_SEQS})"]
+    default = by["default"]
+    out: dict[str, Any] = {
+        "best_static": best.contender,
+        "default_minus_best_static": default.goodput - best.goodput,
+        "default_minus_vllm_default": default.goodput - vllm.goodput,
+        "worst_phase_minus_vllm_default": min(
+            d - v for d, v in zip(default.phases, vllm.phases, strict=True)
+        ),
+    }
+    if "default, true profile" in by:
+        true = by["default, true profile"]
+        out["after_first_minute_minus_true_profile"] = {
+            name: by[name].phases[-1] - true.phases[-1]
+            for name in ("default", "default, no refit", "default, no learning")
+        }
+    return out
+
+
+def markdown(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
+    head = ["served by", "goodput %", *(f"{p} %" for p in scenario.phase_names), "refits swapped"]
+    lines = [
+        f"#### {scenario.name}: {scenario.description}\n",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for o in outcomes:
+        cells = [o.contender, f"{o.goodput:.1f}", *(f"{p:.1f}" for p in o.phases)]
+        cells.append(f"{o.swaps:.1f}" if o.contender.startswith("default") else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    s = summary(scenario, outcomes)
+    lines.append("")
+    lines.append(
+        f"Default against the best static B ({s['best_static']}): "
+        f"{s['default_minus_best_static']:+.1f} points; against vLLM's default: "
+        f"{s['default_minus_vllm_default']:+.1f}; worst phase against vLLM's default: "
+        f"{s['worst_phase_minus_vllm_default']:+.1f}."
+    )
+    if "after_first_minute_minus_true_profile" in s:
+        diffs = ", ".join(
+            f"{k} {v:+.1f}" for k, v in s["after_first_minute_minus_true_profile"].items()
+        )
+        lines.append(f"Last phase against the run given the true profile: {diffs}.")
+    lines.append("")
+    return "\n".join(lines)
