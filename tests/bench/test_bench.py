@@ -146,3 +146,36 @@ def test_held_out_seeds_give_other_traces(capsys):
         return row["static"]["50"]
 
     assert goodput(1000) == goodput(1000) != goodput(5000)
+
+
+def test_scenarios_compare_the_default_with_static_b_and_vllm_default(capsys, tmp_path):
+    code = main(
+        [
+            "scenarios", "--scenarios", "step-W3", "--seeds", "1", "--batch-sizes", "20,60",
+            "--format", "json", "--no-progress", "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)  # nothing but JSON on stdout
+    step = data["step-W3"]
+    assert step["phases"] == ["low", "burst", "recovery"]
+    names = [r["contender"] for r in step["runs"]]
+    assert names == ["static B=20", "static B=60", "vLLM default (256)", "paper", "default"]
+    assert all(len(r["phases"]) == 3 and 0 <= r["goodput"] <= 100 for r in step["runs"])
+    s = step["summary"]
+    assert s["best_static"] in ("static B=20", "static B=60")
+    # The recovery after the burst is what the default is for.
+    assert s["default_minus_best_static"] > 10 and s["worst_phase_minus_vllm_default"] > -1
+    assert (tmp_path / "scenarios.md").read_text().startswith("#### step-W3")
+
+
+def test_sim_json_is_only_json_on_stdout(capsys):
+    main(
+        [
+            "sim", "--workloads", "W3", "--rps", "5", "--batch-sizes", "50", "--modes",
+            "realistic", "--variants", "usl", "--seeds", "1", "--requests", "30", "--jobs", "1",
+            "--format", "json",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    json.loads(out)  # the progress bar went to stderr
