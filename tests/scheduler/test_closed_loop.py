@@ -165,3 +165,56 @@ def test_finish_learns_from_the_streamed_count_when_not_told_the_total():
         assert s.finish(f"r{i}", float(i) + 0.5) is Outcome.SERVED
     assert s.lengths.summary()["t"]["observed"] == 500
     assert s.request(t, id="x", arrival=0.0).tokens > 300
+
+
+def ttft_task(useful: float | None = None) -> TaskType:
+    return TaskType(
+        name="complete",
+        mean_input_tokens=500,
+        mean_output_tokens=40,
+        sla_s=0.5,
+        sla_kind="ttft",
+        max_tokens=64,
+        useful_s=useful,
+    )
+
+
+def test_a_ttft_sla_is_met_by_the_first_token_whatever_the_speed():
+    # At L + 1 = 2 the engine gives 90.9 tok/s: 40 tokens in 0.5 s need 80, fine either
+    # way; at L + 1 = 11, 50 tok/s: an e2e request waits, a TTFT one goes in, since its
+    # first token comes after ttft(500, 11) = 0.1 s.
+    t = ttft_task()
+    s = Scheduler(usl(), Policy.named("closed-loop"), tasks=[t], ttft=lambda p, load: 0.1)
+    for i in range(10):
+        s.offer(req(f"run{i}", 1, 100.0), 0.0)
+    assert s.load == 10
+    e2e = req("e2e", 40, 0.5, task="other")
+    assert admitted(s.offer(e2e, 0.0)) == []
+    first = s.request(t, id="c", arrival=0.0)
+    assert first.sla_kind == "ttft" and first.required_speed_at(0.0) == 0.0
+    assert admitted(s.offer(first, 0.0)) == ["c"]
+
+
+def test_a_ttft_request_is_demoted_when_even_a_lone_first_token_would_be_late():
+    t = ttft_task()
+    s = Scheduler(usl(), Policy.named("closed-loop"), tasks=[t], ttft=lambda p, load: 0.2 * load)
+    s.offer(req("run1", 1, 100.0), 0.0)
+    s.offer(req("run2", 1, 100.0), 0.0)
+    r = s.request(t, id="late", arrival=0.0)  # needs its first token by 0.5
+    assert admitted(s.offer(r, 0.0)) == []  # at L + 1 = 3 it would come at 0.6
+    assert s.poll(0.29) == []
+    decisions = s.poll(0.31)  # alone it would take 0.2: hopeless from 0.3 on
+    assert any(d.action is Action.DEMOTE and d.request.id == "late" for d in decisions)
+
+
+def test_a_ttft_request_with_useful_s_must_still_finish_in_time():
+    # Useful for 1 s: 40 tokens in (1 - 0) s need 40 tok/s. f(L + 1) = 33 at L = 20: the
+    # first token would be quick, but the answer would not be ready while still wanted.
+    t = ttft_task(useful=1.0)
+    s = Scheduler(usl(), Policy.named("closed-loop"), tasks=[t], ttft=lambda p, load: 0.05)
+    for i in range(20):
+        s.offer(req(f"run{i}", 1, 100.0), 0.0)
+    assert admitted(s.offer(s.request(t, id="c", arrival=0.0), 0.0)) == []
+    for i in range(15):
+        s.finish(f"run{i}", 0.01)
+    assert "c" in admitted(s.poll(0.01))

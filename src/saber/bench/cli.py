@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from saber.bench._grid import OPTIONS, PAPER_BATCH_SIZES, VARIANTS, Sweep, parse_variant
-from saber.bench._offline import DEFAULT_LEVELS, fit_variants, profile_engine
+from saber.bench._offline import DEFAULT_LEVELS, engine_profile, fit_variants, profile_engine
 from saber.bench._plots import write_all
 from saber.bench._progress import progress_bar
 from saber.bench._real_cmd import add_parser as add_real_parser
@@ -31,7 +31,8 @@ from saber.bench._scenarios import summary as scenario_summary
 from saber.bench._summary import summarize_cells, summarize_workloads
 from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.engine import PRESETS, get_preset
-from saber.speed import MODELS, SpeedModel, build_profile, fit_all, fit_model, save_profile
+from saber.scheduler import TTFTFn
+from saber.speed import MODELS, SpeedModel, build_profile, fit_all, save_profile
 
 
 def _csv(kind):
@@ -198,12 +199,12 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     # The task types the gateway ships, with their useful_s: what a deployment serves.
     tasks = load_gateway_config(env={}).tasks
     workloads = load_workloads(tasks=tasks)
-    fitted: dict[str, SpeedModel] = {}
+    fitted: dict[str, tuple[SpeedModel, TTFTFn | None]] = {}
 
-    def model(preset: str) -> SpeedModel:
+    def model(preset: str) -> tuple[SpeedModel, TTFTFn | None]:
         if preset not in fitted:
-            loads, speeds = profile_engine(get_preset(preset), workloads["W3"], tasks)
-            fitted[preset] = fit_model("usl", loads, speeds)
+            speed, ttft = engine_profile(get_preset(preset), workloads["W3"], tasks)
+            fitted[preset] = (speed, None if ttft is None else ttft.predict)
         return fitted[preset]
 
     seeds = range(args.seed_base, args.seed_base + args.seeds)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -30,7 +30,12 @@ class TaskType(BaseModel):
     name: Name
     mean_input_tokens: int = Field(gt=0)
     mean_output_tokens: int = Field(gt=0)
-    sla_s: float = Field(gt=0, description="end-to-end latency SLA in seconds")
+    sla_s: float = Field(gt=0, description="the latency SLA in seconds (see sla_kind)")
+    sla_kind: Literal["e2e", "ttft"] = Field(
+        default="e2e",
+        description="e2e: the whole answer within sla_s (the paper); ttft: its first token "
+        "(CATO: what a person typing waits for)",
+    )
     max_tokens: int = Field(gt=0, description="the cap a client sends in realistic mode")
     expected_output_tokens: int | None = Field(
         default=None, gt=0, description="assumed output length; defaults to the mean"

@@ -6,7 +6,7 @@ The contract: ``request(task, ...)`` builds a request, ``offer(request, now)``,
 settings become a policy; ``PRESETS`` names the paper's and the default.
 """
 
-from saber.scheduler._core import Observation, Scheduler, SpeedFn
+from saber.scheduler._core import Observation, Scheduler, SpeedFn, TTFTFn
 from saber.scheduler._lengths import LengthEstimate, TaskLengths
 from saber.scheduler._outcome import Outcome
 from saber.scheduler._policy import PRESETS, Policy
@@ -31,6 +31,7 @@ __all__ = [
     "SchedRequest",
     "Scheduler",
     "SpeedFn",
+    "TTFTFn",
     "TaskLengths",
     "Tier",
     "request_for",

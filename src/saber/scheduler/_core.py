@@ -23,6 +23,8 @@ from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import Action, Decision, SchedRequest, Tier, request_for
 
 SpeedFn = Callable[[float], float]
+TTFTFn = Callable[[float, float], float]
+"""Time to first token (s) of a request with this many prompt tokens at this load."""
 
 CALIBRATION_ALPHA = 0.1
 """Weight of each finished request in the calibration's moving average: about the
@@ -64,6 +66,14 @@ class Scheduler:
     Without live progress the scheduler estimates it with a token clock that
     advances by f(L) per second while the load is L: a request admitted when the
     clock read c has made about clock - c tokens.
+
+    A task with a TTFT SLA (CATO) is judged on its first token: it is admitted
+    while ``ttft(prompt tokens, L + 1)`` still lands before its deadline and, if
+    the task has a ``useful_s``, its whole answer can still be made by then at
+    f(L + 1) (the first token is cheap; the rest still takes the engine's time, so
+    this keeps a flood of completions from running the load up). It is demoted when
+    even ``ttft(P, 1)`` would miss, and never protected. ``ttft`` is the profile's
+    fit; without one, one token at f(L) stands in for it.
     """
 
     def __init__(
@@ -72,9 +82,12 @@ class Scheduler:
         policy: Policy | None = None,
         *,
         tasks: Mapping[str, TaskType] | Iterable[TaskType] = (),
+        ttft: TTFTFn | None = None,
         seed: int = 0,
     ) -> None:
         self.policy = policy or Policy()
+        self._ttft_fn = ttft
+        self._kinds: dict[str, str] = {}  # task -> the SLA kind its requests carry
         task_list = list(tasks.values()) if isinstance(tasks, Mapping) else list(tasks)
         self.tasks: dict[str, TaskType] = {t.name: t for t in task_list}
         self.lengths = TaskLengths(task_list, learn=self.policy.learn_lengths)
@@ -135,8 +148,36 @@ class Scheduler:
         return self.calibration * self._f1_raw
 
     def _demotion_time(self, req: SchedRequest) -> float:
+        if req.sla_kind == "ttft":
+            return req.deadline - self._ttft(req.task, 1)
         # required speed tokens / (deadline - t) reaches f(1) at this t.
         return req.deadline - req.tokens / self.max_speed
+
+    def _ttft(self, task: str, load: int) -> float:
+        """Predicted time to first token of a request of ``task`` at ``load``."""
+        if self._ttft_fn is None:
+            return 1.0 / self.predicted_speed(load)
+        known = self.tasks.get(task)
+        prompt = known.mean_input_tokens if known is not None else 0
+        return float(self._ttft_fn(prompt, load))
+
+    def _earliest_deadline(self, task: str, tokens: int, now: float, speed: float) -> float:
+        """The earliest deadline with which a request of ``task`` expecting ``tokens``
+        can be admitted now, at per-request speed ``speed`` (that of L + 1)."""
+        if self._kinds.get(task) != "ttft":
+            return now + tokens / speed
+        first = now + self._ttft(task, self.load + 1)
+        known = self.tasks.get(task)
+        if known is None or known.useful_s is None:
+            return first
+        # The whole answer by arrival + useful_s, i.e. by deadline + (useful_s - sla_s).
+        return max(first, now + tokens / speed - (known.useful_s - known.sla_s))
+
+    def _passes(self, req: SchedRequest, now: float, speed: float) -> bool:
+        """Line 10's first half: the newcomer itself can make its deadline at L + 1."""
+        if req.sla_kind == "ttft":
+            return req.deadline >= self._earliest_deadline(req.task, req.tokens, now, speed)
+        return speed >= req.required_speed_at(now)
 
     def _expiry_time(self, req: SchedRequest) -> float | None:
         task = self.tasks.get(req.task)
@@ -218,6 +259,7 @@ class Scheduler:
             rejected = self._leave_queued(req, now, Outcome.REJECTED_QUEUE_FULL)
             self.recent.append(rejected)
             return [rejected, *self.poll(now)]
+        self._kinds[req.task] = req.sla_kind
         self._hpq.push(req)
         heapq.heappush(self._demote_at, (demote_at, req.id))
         if expire_at is not None:
@@ -344,8 +386,11 @@ class Scheduler:
         """The speed a running HPQ request still needs, from its progress.
 
         0 when it no longer needs protecting: expected to be done already, past its
-        deadline, or needing more than f(1), which no admission decision can give it.
+        deadline, or needing more than f(1), which no admission decision can give it;
+        always 0 with a TTFT SLA.
         """
+        if req.sla_kind == "ttft":
+            return 0.0
         left = self._left(req, now)
         remaining = req.deadline - now
         if left <= 0 or remaining <= 0:
@@ -378,7 +423,9 @@ class Scheduler:
         if predicted < protected:
             return None  # admitting anyone would break a running request's SLA
         if self.policy.order == "deadline":
-            req = self._hpq.most_urgent_within(predicted, now)
+            req = self._hpq.most_urgent_passing(
+                lambda task, tokens: self._earliest_deadline(task, tokens, now, predicted)
+            )
             if req is None:
                 return None
             self._hpq.remove(req.id)
@@ -386,7 +433,7 @@ class Scheduler:
         window = self._hpq.front(self.policy.window_size)
         self._rng.shuffle(window)  # RandomSample(HPQ, windowSize)
         for req in window:
-            if predicted >= req.required_speed_at(now):
+            if self._passes(req, now, predicted):
                 self._hpq.remove(req.id)
                 return self._start(req, now, Tier.HIGH)
         return None
@@ -413,7 +460,12 @@ class Scheduler:
         """The highest speed a new arrival of any known task needs: expected tokens
         over its SLA. Best-effort work keeps the load where it can still be met."""
         return max(
-            (self.lengths.expected(t, None) / t.sla_s for t in self.tasks.values()), default=0.0
+            (
+                self.lengths.expected(t, None) / t.sla_s
+                for t in self.tasks.values()
+                if t.sla_kind == "e2e"
+            ),
+            default=0.0,
         )
 
     def _next_lapse(self, now: float) -> float | None:

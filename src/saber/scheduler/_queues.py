@@ -4,7 +4,7 @@ import bisect
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from saber.scheduler._request import SchedRequest
 
@@ -14,10 +14,10 @@ class TaskQueues:
 
     Requests of one task arrive in deadline order, so each task's queue is
     ordered by arrival; ``front`` merges the task queues lazily to find the
-    oldest requests overall. ``most_urgent_within`` finds the request with the
-    earliest deadline among those a given speed can serve, in O(groups x log n):
-    within a group of requests of one task expecting the same tokens, the ones a
-    speed can serve are exactly those with a late enough deadline.
+    oldest requests overall. ``most_urgent_passing`` finds the request with the
+    earliest deadline among those that can be admitted, in O(groups x log n):
+    within a group of requests of one task expecting the same tokens, the ones that
+    can are exactly those with a late enough deadline.
     """
 
     def __init__(self) -> None:
@@ -55,12 +55,13 @@ class TaskQueues:
             del self._groups[key]
         return req
 
-    def most_urgent_within(self, speed: float, now: float) -> SchedRequest | None:
-        """The waiting request with the earliest deadline whose required speed,
-        tokens / (deadline - now), is at most ``speed``; None if there is none."""
+    def most_urgent_passing(self, earliest: Callable[[str, int], float]) -> SchedRequest | None:
+        """The waiting request with the earliest deadline among those that pass:
+        ``earliest(task, tokens)`` is the earliest deadline with which a request of
+        that task and length would pass now. None if none passes."""
         best: tuple[float, str] | None = None
-        for (_, tokens), (deadlines, ids) in self._groups.items():
-            i = bisect.bisect_left(deadlines, now + tokens / speed)
+        for (task, tokens), (deadlines, ids) in self._groups.items():
+            i = bisect.bisect_left(deadlines, earliest(task, tokens))
             if i < len(ids) and (best is None or deadlines[i] < best[0]):
                 best = (deadlines[i], ids[i])
         return None if best is None else self.get(best[1])

@@ -37,6 +37,8 @@ class SchedRequest:
     deadline: float
     tokens: int
     cap: int | None = None  # the client's max_tokens: the most it can generate
+    # "ttft": the deadline is for the first token, not the last (the task's sla_kind).
+    sla_kind: str = "e2e"
     tier: Tier = Tier.HIGH
     admitted_at: float | None = None
     demoted_at: float | None = None
@@ -47,11 +49,12 @@ class SchedRequest:
     outcome: Outcome | None = field(default=None)
 
     def required_speed_at(self, now: float) -> float:
-        """Tokens per second it needs from ``now`` on to finish by its deadline."""
+        """Tokens per second it needs from ``now`` on to finish by its deadline (0 for a
+        TTFT deadline, which a speed does not decide)."""
         remaining = self.deadline - now
         if remaining <= 0:
             return math.inf
-        return self.tokens / remaining
+        return self.tokens / remaining if self.sla_kind == "e2e" else 0.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -80,7 +83,8 @@ def request_for(
     """The one way a request becomes scheduler input (``Scheduler.request`` passes its
     own learned ``lengths``; the gateway and the simulator both call that).
 
-    The deadline is ``arrival`` plus the task's SLA. ``tokens`` is what the request
+    The deadline is ``arrival`` plus the task's SLA (for its last token, or for its
+    first with a TTFT SLA). ``tokens`` is what the request
     will generate when the caller knows it (the paper's oracle set-up); otherwise the
     expected length of the task's answers (``lengths``, else the configured one),
     bounded by the client's ``max_tokens`` and raised to its ``min_tokens`` (vLLM
@@ -101,6 +105,7 @@ def request_for(
         deadline=arrival + task.sla_s,
         tokens=max(tokens, 1),
         cap=max_tokens if max_tokens else None,
+        sla_kind=task.sla_kind,
     )
 
 

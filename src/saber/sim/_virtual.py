@@ -241,6 +241,7 @@ class _Run:
                     preemptions=ereq.preemptions if ereq is not None else 0,
                     demoted=req.id in self.demoted,
                     rejected=rejected,
+                    sla_kind=self.tasks[req.task].sla_kind,
                 )
             )
         assert len(records) == len(self.by_id) == len({r.id for r in records})

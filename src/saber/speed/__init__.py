@@ -28,6 +28,7 @@ from saber.speed._profile import (
 from saber.speed._registry import MODELS, fit_model
 from saber.speed._select import USL_TIE, FitReport, fit_all, rank
 from saber.speed._solo import SoloUSLModel
+from saber.speed._ttft import fit_ttft
 from saber.speed._usl import USLModel
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "build_profile",
     "fit_all",
     "fit_model",
+    "fit_ttft",
     "load_profile",
     "mape",
     "r2_score",
