@@ -88,6 +88,7 @@ def test_cli_json_rows(capsys, tmp_path):
             "saber_usl_goodput", "saber_linear_goodput", "saber_logistic_goodput",
             "saber_usl_lpq_guard_goodput", "saber_usl_progress_goodput",
             "saber_usl_value_goodput", "saber_usl_value_ratio_mean",
+            "saber_usl_closed-loop_goodput",
         ):  # fmt: skip
             assert key in row
         assert row["best_static_b"] in (10, 50)
@@ -97,17 +98,17 @@ def test_cli_json_rows(capsys, tmp_path):
     # Every variant is summarized against the best static B, faithful SABER first.
     table = text[text.index("SABER variants against the best static B") :]
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| usl")]
-    assert rows[:3] == ["| usl", "| usl+lpq_guard", "| usl+progress"] and "| usl+value" in rows
+    assert rows[:3] == ["| usl", "| usl+closed-loop", "| usl+lpq_guard"] and "| usl+value" in rows
     assert (tmp_path / "fig1_heatmap_oracle.png").stat().st_size > 1000
 
 
 def test_variants_report_the_faithful_algorithm_and_each_option():
     assert VARIANTS[0] == "usl" and {"usl+progress", "usl+value"} <= set(VARIANTS)
     assert parse_variant("usl") == ("usl", {})
-    assert parse_variant("usl+value+lpq_guard") == (
-        "usl",
-        {"protection": "value", "lpq_guard": True},
-    )
+    assert parse_variant("usl+value+lpq_guard") == ("usl", {"protection": "value", "lpq": "guard"})
+    kind, fields = parse_variant("usl+closed-loop+frozen")
+    assert kind == "usl" and fields["protection"] == "frozen" and fields["calibrate"] is True
+    assert "max_concurrency" not in fields
     with pytest.raises(ValueError, match="unknown option"):
         parse_variant("usl+telepathy")
 
@@ -145,3 +146,36 @@ def test_held_out_seeds_give_other_traces(capsys):
         return row["static"]["50"]
 
     assert goodput(1000) == goodput(1000) != goodput(5000)
+
+
+def test_scenarios_compare_the_default_with_static_b_and_vllm_default(capsys, tmp_path):
+    code = main(
+        [
+            "scenarios", "--scenarios", "step-W3", "--seeds", "1", "--batch-sizes", "20,60",
+            "--format", "json", "--no-progress", "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)  # nothing but JSON on stdout
+    step = data["step-W3"]
+    assert step["phases"] == ["low", "burst", "recovery"]
+    names = [r["contender"] for r in step["runs"]]
+    assert names == ["static B=20", "static B=60", "vLLM default (256)", "paper", "default"]
+    assert all(len(r["phases"]) == 3 and 0 <= r["goodput"] <= 100 for r in step["runs"])
+    s = step["summary"]
+    assert s["best_static"] in ("static B=20", "static B=60")
+    # The recovery after the burst is what the default is for.
+    assert s["default_minus_best_static"] > 10 and s["worst_phase_minus_vllm_default"] > -1
+    assert (tmp_path / "scenarios.md").read_text().startswith("#### step-W3")
+
+
+def test_sim_json_is_only_json_on_stdout(capsys):
+    main(
+        [
+            "sim", "--workloads", "W3", "--rps", "5", "--batch-sizes", "50", "--modes",
+            "realistic", "--variants", "usl", "--seeds", "1", "--requests", "30", "--jobs", "1",
+            "--format", "json",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    json.loads(out)  # the progress bar went to stderr

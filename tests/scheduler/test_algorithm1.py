@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from saber.config import TaskType
 from saber.scheduler import Action, Outcome, Policy, SchedRequest, Scheduler, Tier
 
 
@@ -160,13 +161,32 @@ def test_queue_cap_rejects_with_named_outcome():
     assert d.action is Action.REJECT and d.outcome is Outcome.REJECTED_QUEUE_FULL
 
 
-def test_lpq_timeout_rejects_with_named_outcome():
-    s = Scheduler(usl(), Policy(max_concurrency=1, lpq_timeout_s=2.0))
+def task(name: str = "t", sla: float = 1.0, useful: float | None = None) -> TaskType:
+    return TaskType(
+        name=name,
+        mean_input_tokens=10,
+        mean_output_tokens=10,
+        sla_s=sla,
+        max_tokens=1000,
+        useful_s=useful,
+    )
+
+
+def test_a_request_that_can_no_longer_be_useful_expires_with_a_named_outcome():
+    # useful for 7 s; 500 tokens at f(1) = 100 take 5 s: it must start by t = 2.
+    s = Scheduler(usl(), Policy(max_concurrency=1), tasks=[task(useful=7.0)])
     s.offer(req("run", 1, 100.0), 0.0)
-    s.offer(req("late", 500, 1.0), 0.0)  # demoted at 0, expires at 2
+    s.offer(req("late", 500, 1.0), 0.0)  # demoted at once, expires at 2
     assert s.next_wakeup() == pytest.approx(2.0)
     (d,) = s.poll(2.0)
-    assert d.outcome is Outcome.REJECTED_LPQ_TIMEOUT and s.queued() == 0
+    assert d.outcome is Outcome.REJECTED_EXPIRED and s.queued() == 0
+
+
+def test_without_useful_s_a_demoted_request_waits_however_long():
+    s = Scheduler(usl(), Policy(max_concurrency=1), tasks=[task()])
+    s.offer(req("run", 1, 100.0), 0.0)
+    s.offer(req("late", 500, 1.0), 0.0)
+    assert s.next_wakeup() is None and s.poll(1000.0) == [] and s.queued(tier=Tier.LOW) == 1
 
 
 def test_cancel_queued_and_running_release_once():
@@ -235,7 +255,7 @@ def test_lpq_guard_keeps_best_effort_work_from_breaking_admitted_slas():
     # "tight" runs needing 95 tok/s; f(2) = 90.9 would break it. The paper serves
     # the demoted request anyway once the HPQs are empty; the guard holds it back.
     for guard, expect in ((False, ["late"]), (True, [])):
-        s = Scheduler(usl(), Policy(lpq_guard=guard))
+        s = Scheduler(usl(), Policy(lpq="guard" if guard else "paper"))
         s.offer(req("tight", 95, 1.0), 0.0)
         assert admitted(s.offer(req("late", 500, 1.0), 0.0)) == expect, guard
     s.finish("tight", 0.9)
@@ -254,7 +274,7 @@ def test_protection_heap_stays_the_size_of_the_load():
 
 
 def test_each_decision_is_recorded_once():
-    s = Scheduler(usl(), Policy(max_concurrency=1, queue_cap=1, lpq_timeout_s=1.0))
+    s = Scheduler(usl(), Policy(max_concurrency=1, queue_cap=1), tasks=[task(useful=6.0)])
     s.offer(req("run", 1, 100.0), 0.0)
     s.offer(req("late", 500, 1.0), 0.0)  # demoted; expires at 1.0
     s.offer(req("full", 1, 100.0), 0.0)  # rejected: queue full

@@ -5,36 +5,54 @@ literal reading of line 10)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from saber.config import TaskType
 from saber.scheduler import Action, Outcome, Policy, SchedRequest, Scheduler, Tier
 
 TASKS = ["qna", "gen", "sum"]
 
 
+def task_types(useful: float | None) -> list[TaskType]:
+    return [
+        TaskType(
+            name=name,
+            mean_input_tokens=100,
+            mean_output_tokens=50,
+            sla_s=0.2,
+            max_tokens=400,
+            useful_s=useful,
+        )
+        for name in TASKS
+    ]
+
+
 class SchedulerMachine(RuleBasedStateMachine):
-    protection = "frozen"
+    policy = Policy()
 
     @initialize(
         cap=st.one_of(st.none(), st.integers(1, 6)),
         window=st.integers(1, 5),
         queue_cap=st.one_of(st.none(), st.integers(0, 5)),
-        lpq_timeout=st.one_of(st.none(), st.floats(0.5, 5.0)),
+        useful=st.one_of(st.none(), st.floats(0.5, 5.0)),
         sigma=st.floats(0.0, 0.5),
         seed=st.integers(0, 2**16),
     )
-    def setup(self, cap, window, queue_cap, lpq_timeout, sigma, seed):
+    def setup(self, cap, window, queue_cap, useful, sigma, seed):
         self.cap = cap
-        policy = Policy(
-            window_size=window,
-            max_concurrency=cap,
-            queue_cap=queue_cap,
-            lpq_timeout_s=lpq_timeout,
-            protection=self.protection,
+        policy = dataclasses.replace(
+            self.policy, window_size=window, max_concurrency=cap, queue_cap=queue_cap
         )
-        self.s = Scheduler(lambda load: 100.0 / (1 + sigma * (load - 1)), policy, seed=seed)
+        self.s = Scheduler(
+            lambda load: 100.0 / (1 + sigma * (load - 1)),
+            policy,
+            tasks=task_types(useful),
+            seed=seed,
+        )
         self.now = 0.0
         self.n = 0
         self.offered: set[str] = set()
@@ -77,11 +95,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.apply(self.s.offer(req, self.now))
 
     @precondition(lambda self: self.running)
-    @rule(data=st.data(), dt=st.floats(0.0, 2.0))
-    def finish(self, data, dt):
+    @rule(data=st.data(), dt=st.floats(0.0, 2.0), tokens=st.one_of(st.none(), st.integers(1, 500)))
+    def finish(self, data, dt, tokens):
         self.now += dt
         rid = data.draw(st.sampled_from(sorted(self.running)))
-        outcome = self.s.finish(rid, self.now)
+        outcome = self.s.finish(rid, self.now, tokens)
         assert outcome in (Outcome.SERVED, Outcome.SERVED_DEMOTED)
         assert self.s.finish(rid, self.now) is None  # released exactly once
         self.running.discard(rid)
@@ -144,15 +162,29 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 
 class ProgressMachine(SchedulerMachine):
-    protection = "progress"
+    policy = Policy(protection="progress")
 
 
 class ValueMachine(SchedulerMachine):
-    protection = "value"
+    policy = Policy(protection="value")
 
 
 class UnprotectedMachine(SchedulerMachine):
-    protection = "none"
+    policy = Policy(protection="none")
+
+
+class ClosedLoopMachine(SchedulerMachine):
+    """The default policy: deadline order, idle-only LPQ, calibration and learned
+    lengths, fed live progress."""
+
+    policy = Policy.named("closed-loop")
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data(), tokens=st.integers(0, 500))
+    def progress(self, data, tokens):
+        rid = data.draw(st.sampled_from(sorted(self.running)))
+        self.s.progress(rid, tokens, self.now)
+        self.apply(self.s.poll(self.now))
 
 
 _SETTINGS = settings(max_examples=150, stateful_step_count=60, deadline=None)
@@ -164,3 +196,5 @@ TestValueMachine = ValueMachine.TestCase
 TestValueMachine.settings = _SETTINGS
 TestUnprotectedMachine = UnprotectedMachine.TestCase
 TestUnprotectedMachine.settings = _SETTINGS
+TestClosedLoopMachine = ClosedLoopMachine.TestCase
+TestClosedLoopMachine.settings = _SETTINGS

@@ -8,7 +8,7 @@ import pytest
 
 from saber.config import load_tasks, load_workloads
 from saber.engine import Engine, get_preset
-from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler
+from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler, request_for
 from saber.sim import simulate
 from saber.workload import TraceRequest, generate_trace
 
@@ -38,6 +38,12 @@ class DelayScheduler:
         heapq.heappush(self.due, (now + self.delay, req.id, req))
         out = [Decision(Action.DEMOTE, req, now)] if req.task == "slow" else []
         return out + self.poll(now)
+
+    def request(self, task, **fields) -> SchedRequest:
+        return request_for(task, **fields)
+
+    def progress(self, req_id: str, tokens: int, now: float) -> None:
+        pass
 
     def poll(self, now: float) -> list[Decision]:
         self.times.append(now)
@@ -159,3 +165,33 @@ def test_unknown_task_sla_and_duplicate_ids_are_refused():
 def test_empty_trace():
     res = simulate([], Engine(PAPER), tasks=TASKS)
     assert res.records == [] and res.goodput() == 0.0
+
+
+def test_drift_slows_the_engine_from_its_time_on():
+    from saber.engine import PRESETS
+
+    reqs = [TraceRequest(f"r{i}", "code_qna", 10.0 * i, 100, 200, 256) for i in range(4)]
+    steady = simulate(reqs, Engine(PAPER), tasks=TASKS)
+    drifted = simulate(reqs, Engine(PAPER), tasks=TASKS, drift=[(15.0, PRESETS["paper-slow"])])
+    before = [r.e2e for r in steady.records]
+    after = [r.e2e for r in drifted.records]
+    assert after[:2] == before[:2]  # the first two ran before the change
+    assert all(a > 1.3 * b for a, b in zip(after[2:], before[2:], strict=True))
+
+
+def test_refit_swaps_in_the_engines_real_curve():
+    from saber.bench import profile_engine
+    from saber.engine import PRESETS
+    from saber.speed import LiveFit, fit_model
+
+    model = fit_model("usl", *profile_engine(PAPER, WORKLOADS["W3"], TASKS, points=300))
+    reqs = trace("W3", rps=4.0, n=1200, seed=9)
+    sched = Scheduler(model, Policy.named("closed-loop"), tasks=TASKS, seed=0)
+    fit = LiveFit(min_points=150, every=150)
+    slow = Engine(PRESETS["paper-slow"], max_num_seqs=256)
+    res = simulate(reqs, slow, tasks=TASKS, scheduler=sched, refit=fit)
+    assert res.swaps and fit.swaps == len(res.swaps) and fit.refits >= fit.swaps
+    assert sched.speed_model is not model
+    assert sched.speed_model(1.0) < 0.8 * model(1.0)  # it found the slower engine
+    with pytest.raises(ValueError, match="refit needs"):
+        simulate(reqs, Engine(PAPER), tasks=TASKS, refit=LiveFit())

@@ -83,3 +83,20 @@ def test_prompts_have_exact_token_counts_and_task_markers():
         assert guess_task(text) == task
     assert guess_task("hello world") is None
     assert count_chat_tokens([{"role": "user", "content": "a b c"}]) == 3 + 4
+
+
+def test_a_phased_trace_changes_rate_at_each_phase():
+    from saber.workload import generate_phased_trace
+
+    phases = ((100.0, 2.0), (20.0, 20.0), (100.0, 4.0))
+    trace = generate_phased_trace(WORKLOADS["W3"], TASKS, phases=phases, seed=3)
+    assert [r.arrival for r in trace] == sorted(r.arrival for r in trace)
+    assert len({r.id for r in trace}) == len(trace)
+    counts = [
+        sum(start <= r.arrival < start + d for r in trace)
+        for start, d in ((0.0, 100.0), (100.0, 20.0), (120.0, 100.0))
+    ]
+    assert 150 <= counts[0] <= 250 and 300 <= counts[1] <= 500 and 300 <= counts[2] <= 500
+    assert all(r.max_tokens == TASKS[r.task].max_tokens for r in trace)  # realistic mode
+    again = generate_phased_trace(WORKLOADS["W3"], TASKS, phases=phases, seed=3)
+    assert again == trace

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from saber.scheduler import Policy
+from saber.scheduler import PRESETS, Policy
 
 PAPER_RPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
 PAPER_BATCH_SIZES = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
-# SABER variants: a speed model, then any "+option" (docs/bench.md): lpq_guard,
-# progress and value go beyond the paper; unprotected reads line 10 literally.
+# SABER variants: a speed model, then any "+option" (docs/bench.md). Without options
+# it is the paper's Algorithm 1; "+closed-loop" is the default policy, and the other
+# options change one knob each (beyond the paper, but "unprotected", which reads line
+# 10 literally).
 VARIANTS = (
     "usl",
     "linear",
@@ -19,24 +22,39 @@ VARIANTS = (
     "usl+progress",
     "usl+value",
     "usl+unprotected",
+    "usl+closed-loop",
 )
-# Each option, as the Policy fields it sets.
+DEFAULT_VARIANT = "usl+closed-loop"
+"""What the gateway ships: the closed-loop policy on a USL profile."""
+# Each option, as the Policy fields it sets; a preset's name sets all of them.
 OPTIONS: dict[str, dict[str, Any]] = {
-    "lpq_guard": {"lpq_guard": True},
+    "lpq_guard": {"lpq": "guard"},
+    "idle_lpq": {"lpq": "idle"},
     "progress": {"protection": "progress"},
     "value": {"protection": "value"},
     "unprotected": {"protection": "none"},
+    "frozen": {"protection": "frozen"},
+    "deadline": {"order": "deadline"},
+    "random": {"order": "random"},
+    "calibrated": {"calibrate": True},
+    "uncalibrated": {"calibrate": False},
+    "learned": {"learn_lengths": True},
+    "unlearned": {"learn_lengths": False},
+    **{name: dataclasses.asdict(policy) for name, policy in PRESETS.items()},
 }
 
 
 def parse_variant(variant: str) -> tuple[str, dict[str, Any]]:
-    """``"usl+value+lpq_guard"`` -> ("usl", the Policy fields its options set)."""
+    """``"usl+closed-loop+frozen"`` -> ("usl", the Policy fields its options set, in
+    order: a preset sets every knob, then later options change theirs)."""
     kind, *options = variant.split("+")
     fields: dict[str, Any] = {}
     for option in options:
         if option not in OPTIONS:
             raise ValueError(f"unknown option {option!r} in variant {variant!r}")
         fields.update(OPTIONS[option])
+    for operational in ("max_concurrency", "queue_cap"):
+        fields.pop(operational, None)
     return kind, fields
 
 
@@ -59,7 +77,7 @@ class Sweep:
     seeds: int = 10
     requests: int = 100
     preset: str = "paper"
-    window_size: int = 8
+    window_size: int | None = None  # None: each variant's own
     saber_max_num_seqs: int = 256
     profile_points: int = 1000
     # Trace seeds are seed_base + 0..seeds-1: another base gives held-out traces.
@@ -67,8 +85,10 @@ class Sweep:
 
     def policy(self, **options: Any) -> Policy:
         """SABER's policy in this sweep, with a variant's options."""
-        base = {"window_size": self.window_size, "max_concurrency": self.saber_max_num_seqs}
-        return Policy(**{**base, **options})
+        fields = {**options, "max_concurrency": self.saber_max_num_seqs}
+        if self.window_size is not None:
+            fields["window_size"] = self.window_size
+        return Policy(**fields)
 
     @classmethod
     def quick(cls) -> Sweep:

@@ -18,7 +18,7 @@ import numpy as np
 
 from saber.config import TaskType, Workload
 from saber.engine import Engine, EnginePreset, EngineRequest
-from saber.speed import SpeedModel, fit_model
+from saber.speed import SpeedModel, TTFTFit, fit_model, fit_ttft
 from saber.workload import generate_trace
 
 DEFAULT_LEVELS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
@@ -32,11 +32,15 @@ def closed_loop_points(
     level: int,
     per_level: int,
     seed: int = 0,
+    ttfts: list[tuple[float, float, float]] | None = None,
 ) -> list[tuple[float, float]]:
-    """``per_level`` (load, speed) points measured at a constant load ``level``."""
+    """``per_level`` (load, speed) points measured at a constant load ``level``;
+    with ``ttfts``, (prompt tokens, level, TTFT) of the same requests go there too."""
     supply = generate_trace(workload, tasks, rps=1.0, n=per_level + 2 * level, seed=seed)
     engine = Engine(preset, max_num_seqs=max(256, level))
     started: dict[str, float] = {}
+    prompts: dict[str, int] = {}
+    first: dict[str, float] = {}
     points: list[tuple[float, float]] = []
     now, nxt, warmup = 0.0, 0, level
 
@@ -46,6 +50,7 @@ def closed_loop_points(
         nxt += 1
         engine.add(EngineRequest(req.id, req.prompt_tokens, req.output_tokens, arrival=at))
         started[req.id] = at
+        prompts[req.id] = req.prompt_tokens
 
     for _ in range(level):
         start(now)
@@ -53,11 +58,15 @@ def closed_loop_points(
         res = engine.step(now, max_steps=1 << 30)
         assert res is not None
         now = res.end
+        first.update(res.first_tokens)
         for done in res.finished:
             if warmup:
                 warmup -= 1
             else:
                 points.append((float(level), done.output_tokens / (now - started[done.id])))
+                if ttfts is not None and len(points) <= per_level:
+                    at = started[done.id]
+                    ttfts.append((prompts[done.id], float(level), first[done.id] - at))
             if nxt < len(supply):
                 start(now)
     return points[:per_level]
@@ -81,6 +90,25 @@ def profile_engine(
         )
     arr = np.asarray(rows, dtype=float)
     return arr[:, 0], arr[:, 1]
+
+
+def engine_profile(
+    preset: EnginePreset, workload: Workload, tasks: Mapping[str, TaskType], *, points: int = 1000
+) -> tuple[SpeedModel, TTFTFit | None]:
+    """What saber-profile would fit on this engine: USL and the TTFT fit."""
+    per_level = max(8, points // len(DEFAULT_LEVELS))
+    rows: list[tuple[float, float]] = []
+    ttfts: list[tuple[float, float, float]] = []
+    for i, level in enumerate(DEFAULT_LEVELS):
+        rows += closed_loop_points(
+            preset, workload, tasks, level=level, per_level=per_level, seed=i, ttfts=ttfts
+        )
+    speed = np.asarray(rows, dtype=float)
+    ttft = np.asarray(ttfts, dtype=float)
+    return (
+        fit_model("usl", speed[:, 0], speed[:, 1]),
+        fit_ttft(ttft[:, 0], ttft[:, 1], ttft[:, 2]),
+    )
 
 
 def fit_variants(

@@ -8,9 +8,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
 from saber.bench._grid import Cell, Sweep, parse_variant
+from saber.bench._progress import progress_bar
 from saber.config import TaskType, Workload
 from saber.engine import Engine, get_preset
 from saber.scheduler import Scheduler
@@ -69,7 +69,7 @@ def run_cell(
         )
     for variant in sweep.variants:
         kind, options = parse_variant(variant)
-        scheduler = Scheduler(models[kind], sweep.policy(**options), seed=cell.seed)
+        scheduler = Scheduler(models[kind], sweep.policy(**options), tasks=tasks, seed=cell.seed)
         engine = Engine(preset, max_num_seqs=sweep.saber_max_num_seqs)
         result = simulate(
             trace, engine, tasks=tasks, scheduler=scheduler, trust_max_tokens=cell.mode == "oracle"
@@ -109,25 +109,17 @@ def run_sweep(
     jobs = jobs or os.cpu_count() or 1
     params = {k: dict(m.params) for k, m in models.items()}
     out: list[CellResult] = []
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        disable=not progress,
-        transient=False,
-    ) as bar:
-        task = bar.add_task("simulating", total=len(cells))
+    with progress_bar(len(cells), "simulating", enabled=progress) as advance:
         if jobs == 1:
             _init_worker(sweep, tasks, workloads, params)
             for cell in cells:
                 out.append(_run_in_worker(cell))
-                bar.advance(task)
+                advance()
         else:
             with ProcessPoolExecutor(
                 jobs, initializer=_init_worker, initargs=(sweep, tasks, workloads, params)
             ) as pool:
                 for result in pool.map(_run_in_worker, cells, chunksize=1):
                     out.append(result)
-                    bar.advance(task)
+                    advance()
     return out

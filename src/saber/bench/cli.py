@@ -1,6 +1,7 @@
 """saber-bench: the paper's experiment, in virtual time on the engine model.
 
 saber-bench sim [--quick] [--format table|markdown|json] [--out DIR]
+saber-bench scenarios [--scenarios step-W3,...] [--seeds 3] [--format json]
 saber-bench profile --preset paper --out profiles/saber-sim-paper.json
 saber-bench real --engine URL --gateway URL --model NAME [--rps R] [--requests N]
 """
@@ -9,23 +10,29 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
 
 from rich.console import Console
 
-from saber.bench._grid import OPTIONS, VARIANTS, Sweep, parse_variant
-from saber.bench._offline import DEFAULT_LEVELS, fit_variants, profile_engine
+from saber.bench._grid import OPTIONS, PAPER_BATCH_SIZES, VARIANTS, Sweep, parse_variant
+from saber.bench._offline import DEFAULT_LEVELS, engine_profile, fit_variants, profile_engine
 from saber.bench._plots import write_all
+from saber.bench._progress import progress_bar
 from saber.bench._real_cmd import add_parser as add_real_parser
 from saber.bench._real_cmd import cmd_real
 from saber.bench._report import markdown, to_json
 from saber.bench._runner import run_sweep
+from saber.bench._scenarios import SCENARIOS, run_scenario, runs_per_scenario
+from saber.bench._scenarios import markdown as scenario_markdown
+from saber.bench._scenarios import summary as scenario_summary
 from saber.bench._summary import summarize_cells, summarize_workloads
-from saber.config import load_tasks, load_workloads
+from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.engine import PRESETS, get_preset
-from saber.speed import MODELS, build_profile, fit_all, save_profile
+from saber.scheduler import TTFTFn
+from saber.speed import MODELS, SpeedModel, build_profile, fit_all, save_profile
 
 
 def _csv(kind):
@@ -87,6 +94,27 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--points", type=int, default=1000, help="about this many points")
     prof.add_argument("--kind", choices=sorted(MODELS), help="force a model (default: best)")
     prof.add_argument("--out", type=Path, required=True, help="profile JSON to write")
+    scen = sub.add_parser(
+        "scenarios",
+        help="long runs: bursty arrivals, a load step, drift of the engine",
+        description="Beyond the paper's 100-request bursts, realistic mode, virtual time: "
+        "each scenario's trace served by every static B, vLLM's default 256, the paper's "
+        "rule and the shipped default (and, under drift, the default without refit, "
+        "without learning, and with the true profile).",
+    )
+    scen.add_argument(
+        "--scenarios",
+        type=_csv(str),
+        help=f"which (default all: {', '.join(SCENARIOS)})",
+    )
+    scen.add_argument("--seeds", type=int, default=3, help="traces per scenario (default 3)")
+    scen.add_argument("--seed-base", type=int, default=7000, help="trace seeds (default 7000)")
+    scen.add_argument("--batch-sizes", type=_csv(int), help="static B values (default 10..100)")
+    scen.add_argument(
+        "--format", choices=("markdown", "json"), default="markdown", help="stdout format"
+    )
+    scen.add_argument("--out", type=Path, help="write scenarios.md and scenarios.json here")
+    scen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_real_parser(sub)
     return parser
 
@@ -160,6 +188,59 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    names = args.scenarios or tuple(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise SystemExit(
+            f"saber-bench: unknown scenario(s): {', '.join(unknown)}; known: {', '.join(SCENARIOS)}"
+        )
+    batch_sizes = args.batch_sizes or PAPER_BATCH_SIZES
+    # The task types the gateway ships, with their useful_s: what a deployment serves.
+    tasks = load_gateway_config(env={}).tasks
+    workloads = load_workloads(tasks=tasks)
+    fitted: dict[str, tuple[SpeedModel, TTFTFn | None]] = {}
+
+    def model(preset: str) -> tuple[SpeedModel, TTFTFn | None]:
+        if preset not in fitted:
+            speed, ttft = engine_profile(get_preset(preset), workloads["W3"], tasks)
+            fitted[preset] = (speed, None if ttft is None else ttft.predict)
+        return fitted[preset]
+
+    seeds = range(args.seed_base, args.seed_base + args.seeds)
+    total = sum(runs_per_scenario(SCENARIOS[n], batch_sizes) for n in names) * args.seeds
+    started = time.perf_counter()
+    results = {}
+    with progress_bar(total, "scenarios", enabled=not args.no_progress) as advance:
+        for name in names:
+            results[name] = run_scenario(
+                SCENARIOS[name], tasks, workloads, model, seeds=seeds,
+                batch_sizes=batch_sizes, advance=advance,
+            )  # fmt: skip
+    text = "\n".join(scenario_markdown(SCENARIOS[n], results[n]) for n in names)
+    data = json.dumps(
+        {
+            n: {
+                "description": SCENARIOS[n].description,
+                "phases": list(SCENARIOS[n].phase_names),
+                "runs": [dataclasses.asdict(o) for o in results[n]],
+                "summary": scenario_summary(SCENARIOS[n], results[n]),
+            }
+            for n in names
+        },
+        indent=2,
+    )
+    print(data if args.format == "json" else text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "scenarios.md").write_text(text)
+        (args.out / "scenarios.json").write_text(data)
+    Console(stderr=True).print(
+        f"{len(names)} scenarios x {args.seeds} seeds in {time.perf_counter() - started:.1f} s"
+    )
+    return 0
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     tasks = load_tasks()
     workloads = load_workloads(tasks=tasks)
@@ -184,7 +265,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"sim": cmd_sim, "profile": cmd_profile, "real": cmd_real}[args.command]
+    handler = {
+        "sim": cmd_sim,
+        "scenarios": cmd_scenarios,
+        "profile": cmd_profile,
+        "real": cmd_real,
+    }[args.command]
     return handler(args)
 
 

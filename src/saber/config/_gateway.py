@@ -127,16 +127,19 @@ class GatewayConfig(BaseModel):
     port: int = Field(default=8080, ge=0, le=65535)
     backend: BackendSettings = Field(default_factory=BackendSettings)
     profile: Path | None = Field(default=None, description=f"default: {DEFAULT_PROFILE_NAME}")
-    window_size: int = Field(default=8, ge=1)
+    policy: Literal["closed-loop", "paper"] = Field(
+        default="closed-loop",
+        description="closed-loop: the default, measured best (docs/bench.md); paper: "
+        "Algorithm 1 as published. The knobs below, when set, override the policy's",
+    )
+    window_size: int | None = Field(default=None, ge=1)
+    order: Literal["random", "deadline"] | None = None
+    protection: Literal["frozen", "progress", "value", "none"] | None = None
+    lpq: Literal["paper", "guard", "idle"] | None = None
+    calibrate: bool | None = None
+    learn_lengths: bool | None = None
     max_concurrency: int | None = Field(default=256, ge=1)
     queue_cap: int | None = Field(default=256, ge=0, description="per task type, HPQ + LPQ")
-    lpq_timeout_s: float | None = Field(default=30.0, gt=0)
-    protection: Literal["frozen", "progress", "value"] = Field(
-        default="frozen",
-        description="what a running request is protected against: the paper's frozen "
-        "required speed, or (beyond the paper) progress / value; see docs/bench.md",
-    )
-    lpq_guard: bool = Field(default=False, description="beyond the paper; see docs/bench.md")
     api_keys: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     tasks: dict[str, TaskType] = Field(default_factory=lambda: load_tasks())
     default_task: str = "code_generation"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -30,10 +30,21 @@ class TaskType(BaseModel):
     name: Name
     mean_input_tokens: int = Field(gt=0)
     mean_output_tokens: int = Field(gt=0)
-    sla_s: float = Field(gt=0, description="end-to-end latency SLA in seconds")
+    sla_s: float = Field(gt=0, description="the latency SLA in seconds (see sla_kind)")
+    sla_kind: Literal["e2e", "ttft"] = Field(
+        default="e2e",
+        description="e2e: the whole answer within sla_s (the paper); ttft: its first token "
+        "(CATO: what a person typing waits for)",
+    )
     max_tokens: int = Field(gt=0, description="the cap a client sends in realistic mode")
     expected_output_tokens: int | None = Field(
         default=None, gt=0, description="assumed output length; defaults to the mean"
+    )
+    useful_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="how long after arrival an answer is still wanted; a waiting request "
+        "that can no longer finish by then is rejected. None: wanted however late",
     )
 
     @property
@@ -47,6 +58,8 @@ class TaskType(BaseModel):
                 f"max_tokens ({self.max_tokens}) is below mean_output_tokens "
                 f"({self.mean_output_tokens})"
             )
+        if self.useful_s is not None and self.useful_s < self.sla_s:
+            raise ValueError(f"useful_s ({self.useful_s}) is below sla_s ({self.sla_s})")
         return self
 
 

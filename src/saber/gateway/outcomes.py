@@ -10,7 +10,7 @@ STATUS: dict[Outcome, int] = {
     Outcome.CANCELLED_QUEUED: 499,
     Outcome.CANCELLED_RUNNING: 499,
     Outcome.REJECTED_QUEUE_FULL: 429,
-    Outcome.REJECTED_LPQ_TIMEOUT: 503,
+    Outcome.REJECTED_EXPIRED: 503,
     Outcome.INVALID_REQUEST: 400,
     Outcome.UNAUTHORIZED: 401,
     Outcome.BACKEND_UNAVAILABLE: 503,

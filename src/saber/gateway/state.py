@@ -42,7 +42,7 @@ class Gateway:
         self.seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**32)
         self.policy = Policy.from_config(cfg)
         self.speed = settings.speed_model()
-        self.scheduler = Scheduler(self.speed, self.policy, seed=self.seed)
+        self.scheduler = Scheduler(self.speed, self.policy, tasks=self.tasks, seed=self.seed)
         self.metrics.watch(lambda: self.scheduler, self.tasks)
         self.backend = BackendWatch(cfg.backend)
         self.metrics.watch_backend(self.backend)

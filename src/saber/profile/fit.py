@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import nnls
 
 from saber.profile.points import Point
 from saber.speed import (
@@ -34,6 +33,7 @@ from saber.speed import (
     r2_score,
     rank,
 )
+from saber.speed import fit_ttft as speed_fit_ttft
 
 __all__ = ["USL_TIE", "SpeedFits", "choose_held_out", "fit_speed", "fit_ttft"]
 
@@ -160,36 +160,10 @@ def _mape(actual: np.ndarray, predicted: np.ndarray) -> float:
 
 
 def fit_ttft(points: Sequence[Point]) -> TTFTFit | None:
-    """Linear least squares with non-negative coefficients; None with too few points.
-
-    The features are 1, P, L-1 and P*(L-1) (see ``TTFTFit``): a prompt costs
-    prefill work per token, and each step it shares with the other running
-    requests takes longer.
-    """
+    """The TTFT fit of the points that have a TTFT (``saber.speed.fit_ttft``)."""
     usable = [p for p in points if p.ttft_s is not None]
-    if len(usable) < 8 or len({p.level for p in usable}) < 2:
+    if len({p.level for p in usable}) < 2:
         return None
-    prompt = np.array([p.prompt_tokens for p in usable], dtype=float)
-    extra = np.array([p.load for p in usable]) - 1.0
-    ttft = np.array([p.ttft_s for p in usable], dtype=float)
-    design = np.column_stack((np.ones_like(prompt), prompt, extra, prompt * extra))
-    scale = np.maximum(np.abs(design).max(axis=0), 1e-12)
-    coef, _ = nnls(design / scale, ttft)
-    coef = coef / scale
-    predicted = design @ coef
-    total = float(np.sum((ttft - ttft.mean()) ** 2))
-    residual = float(np.sum((ttft - predicted) ** 2))
-    r2 = 1.0 - residual / total if total > 0 else (1.0 if residual == 0 else 0.0)
-    positive = ttft > 0
-    err = float(np.mean(np.abs(predicted[positive] - ttft[positive]) / ttft[positive]))
-    return TTFTFit(
-        intercept_s=float(coef[0]),
-        per_prompt_token_s=float(coef[1]),
-        per_load_s=float(coef[2]),
-        per_prompt_token_load_s=float(coef[3]),
-        r2=min(r2, 1.0),
-        mape=err if positive.any() else 0.0,
-        n=len(usable),
-        prompt_tokens_max=int(prompt.max()),
-        load_max=float(extra.max() + 1.0),
+    return speed_fit_ttft(
+        [p.prompt_tokens for p in usable], [p.load for p in usable], [p.ttft_s for p in usable]
     )

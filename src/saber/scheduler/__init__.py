@@ -1,14 +1,15 @@
 """The admission core: pure, handed ``now``, returns decisions.
 
-The contract: ``offer(request, now)``, ``poll(now)``, ``finish(id, now)``,
-``cancel(id, now)`` and ``next_wakeup()``. ``request_for`` is the one way a
-request becomes a ``SchedRequest``; ``Policy.from_config`` the one way settings
-become a policy.
+The contract: ``request(task, ...)`` builds a request, ``offer(request, now)``,
+``poll(now)``, ``progress(id, tokens, now)``, ``finish(id, now, tokens)``,
+``cancel(id, now)`` and ``next_wakeup()``. ``Policy.from_config`` is the one way
+settings become a policy; ``PRESETS`` names the paper's and the default.
 """
 
-from saber.scheduler._core import Policy, Scheduler, SpeedFn
-from saber.scheduler._estimate import expected_tokens
+from saber.scheduler._core import Observation, Scheduler, SpeedFn, TTFTFn
+from saber.scheduler._lengths import LengthEstimate, TaskLengths
 from saber.scheduler._outcome import Outcome
+from saber.scheduler._policy import PRESETS, Policy
 from saber.scheduler._request import (
     MAX_TOKENS,
     Action,
@@ -20,14 +21,18 @@ from saber.scheduler._request import (
 
 __all__ = [
     "MAX_TOKENS",
+    "PRESETS",
     "Action",
     "Decision",
+    "LengthEstimate",
+    "Observation",
     "Outcome",
     "Policy",
     "SchedRequest",
     "Scheduler",
     "SpeedFn",
+    "TTFTFn",
+    "TaskLengths",
     "Tier",
-    "expected_tokens",
     "request_for",
 ]

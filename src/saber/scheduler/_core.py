@@ -1,4 +1,4 @@
-"""The admission core: two-tier queues and the paper's Algorithm 1. Pure.
+"""The admission core: two-tier queues and the paper's Algorithm 1, closed-loop. Pure.
 
 Every public method takes ``now`` from its caller and returns decisions; there
 is no clock, no I/O and no asyncio here, so the gateway (wall clock) and the
@@ -8,152 +8,191 @@ simulator (virtual clock) drive the very same object.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import heapq
 import random
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from saber.config import TaskType
+from saber.scheduler._lengths import TaskLengths
+from saber.scheduler._outcome import Outcome
+from saber.scheduler._policy import Policy
 from saber.scheduler._queues import TaskQueues
-from saber.scheduler._request import Action, Decision, Outcome, SchedRequest, Tier
+from saber.scheduler._request import Action, Decision, SchedRequest, Tier, request_for
 
 SpeedFn = Callable[[float], float]
+TTFTFn = Callable[[float, float], float]
+"""Time to first token (s) of a request with this many prompt tokens at this load."""
+
+CALIBRATION_ALPHA = 0.1
+"""Weight of each finished request in the calibration's moving average: about the
+last 20 requests count. Measured: 0.05-0.15 give the same goodput; 0.2 overreacts
+to a few short requests under overload (docs/bench.md)."""
+CALIBRATION_LIMITS = (0.1, 10.0)
+REBUILD_AT = 0.02
+"""Demotion times are recomputed when f(1) has moved this much since they were."""
+OBSERVATIONS = 4096
 
 
 @dataclass(frozen=True, slots=True)
-class Policy:
-    """The knobs of Algorithm 1, and nothing else.
+class Observation:
+    """A finished request as the speed model sees it: its time-averaged load, its
+    speed (tokens over time since admission), and what was predicted for it."""
 
-    ``window_size``: how many requests from the front of the HPQs are candidates
-    at each admission round (the paper's windowSize); they are tried in random
-    order, which avoids head-of-line blocking.
-    ``max_concurrency``: a hard cap on requests running at the backend.
-    ``queue_cap``: the most requests of one task type that may wait (HPQ + LPQ);
-    an arrival past it is rejected.
-    ``lpq_timeout_s``: the longest a demoted request may wait in the LPQ before it
-    is rejected; None waits for ever, as in the paper.
-    ``lpq_guard`` (beyond the paper, off by default): serve the LPQ only while
-    f(L+1) still meets every running HPQ request's required speed, so best-effort
-    work never breaks an SLA that admission promised. The paper serves the LPQ
-    whenever the HPQs are empty; in the benchmark the guard adds up to 6.4
-    goodput points under load and never costs more than 0.3 (docs/bench.md).
-    ``protection``: what a running HPQ request is protected against (line 10).
-    ``"frozen"``, the paper: the required speed recorded at admission, for its
-    whole life. ``"progress"`` (beyond the paper): the speed it still needs, from
-    its expected tokens less the tokens the speed model says it has made so far,
-    over the time left; one expected to be done, past its deadline or needing
-    more than f(1) no longer blocks anyone. ``"value"`` (beyond the paper):
-    progress-aware, and a running request is protected only while that keeps
-    more requests on schedule than giving it up would (see ``Scheduler``). In the
-    benchmark, value protection turns faithful SABER's mean loss to the best static
-    B (oracle mode, -2.6 / -4.1 / -8.7 points on W1/W2/W3) into a gain (+9.8 /
-    +0.3 / +4.0); progress alone recovers little (docs/bench.md). ``"none"``:
-    line 10 as its pseudocode reads in Python, ``predSpd < any(actReq.reqSpd)``:
-    ``any()`` is a bool, so running requests never block an admission. The
-    benchmark keeps it because it reproduces the paper's averages; the gateway
-    does not offer it.
-    """
-
-    window_size: int = 8
-    max_concurrency: int | None = None
-    queue_cap: int | None = None
-    lpq_timeout_s: float | None = None
-    lpq_guard: bool = False
-    protection: Literal["frozen", "progress", "value", "none"] = "frozen"
-
-    def __post_init__(self) -> None:
-        if self.window_size < 1:
-            raise ValueError("window_size must be >= 1")
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise ValueError("max_concurrency must be >= 1")
-        if self.queue_cap is not None and self.queue_cap < 0:
-            raise ValueError("queue_cap must be >= 0")
-        if self.lpq_timeout_s is not None and self.lpq_timeout_s <= 0:
-            raise ValueError("lpq_timeout_s must be > 0")
-        if self.protection not in ("frozen", "progress", "value", "none"):
-            raise ValueError(f"unknown protection {self.protection!r}")
-
-    @classmethod
-    def from_config(cls, config: object, **overrides: Any) -> Policy:
-        """The policy a settings object names: each Policy field it carries, by name,
-        then ``overrides``. The one place settings become a policy."""
-        fields = {
-            f.name: getattr(config, f.name)
-            for f in dataclasses.fields(cls)
-            if hasattr(config, f.name)
-        }
-        return cls(**{**fields, **overrides})
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    at: float
+    load: float
+    speed: float
+    predicted: float
 
 
 class Scheduler:
     """SABER's admission control over per-task high- and low-priority queues.
 
-    Beyond the paper, the scheduler keeps an estimate of each running request's
-    progress from what it already knows: a token clock advances by f(L) per
-    second while the load is L, so a request admitted when the clock read c has
-    made about clock - c tokens. ``Policy(protection="progress")`` protects a
-    running request with the speed it still needs from there on.
-    ``Policy(protection="value")`` further weighs that protection against the
-    queue it blocks: for each load n the backend could be taken to, it counts the
-    running requests f(n) keeps on schedule plus the waiting ones f(n) would
-    serve (at most n - L), and protects only the running requests that the best
-    such n keeps.
+    A request arrives (``offer``) in its task's HPQ. It is admitted when f(L+1)
+    meets its required speed (tokens over time left) and the policy's protection
+    of running requests allows; it is demoted to its task's LPQ when its required
+    speed passes f(1), the fastest the backend ever goes; it expires (is rejected)
+    when, even at f(1), it could no longer finish within its task's ``useful_s``.
+
+    Closed loop (beyond the paper, each a ``Policy`` knob): ``progress`` reports a
+    running request's generated tokens; ``finish`` reports its length, which
+    teaches the task's expected length (``learn_lengths``) and, against the
+    speed the model predicted for it, the calibration of f(L) (``calibrate``).
+    Finished requests also yield ``observations`` for refitting f(L) itself
+    (``set_speed_model``), which the driver does off the hot path.
+
+    Without live progress the scheduler estimates it with a token clock that
+    advances by f(L) per second while the load is L: a request admitted when the
+    clock read c has made about clock - c tokens.
+
+    A task with a TTFT SLA (CATO) is judged on its first token: it is admitted
+    while ``ttft(prompt tokens, L + 1)`` still lands before its deadline and, if
+    the task has a ``useful_s``, its whole answer can still be made by then at
+    f(L + 1) (the first token is cheap; the rest still takes the engine's time, so
+    this keeps a flood of completions from running the load up). It is demoted when
+    even ``ttft(P, 1)`` would miss, and never protected. ``ttft`` is the profile's
+    fit; without one, one token at f(L) stands in for it.
     """
 
-    def __init__(self, speed: SpeedFn, policy: Policy | None = None, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        speed: SpeedFn,
+        policy: Policy | None = None,
+        *,
+        tasks: Mapping[str, TaskType] | Iterable[TaskType] = (),
+        ttft: TTFTFn | None = None,
+        seed: int = 0,
+    ) -> None:
         self.policy = policy or Policy()
+        self._ttft_fn = ttft
+        self._kinds: dict[str, str] = {}  # task -> the SLA kind its requests carry
+        task_list = list(tasks.values()) if isinstance(tasks, Mapping) else list(tasks)
+        self.tasks: dict[str, TaskType] = {t.name: t for t in task_list}
+        self.lengths = TaskLengths(task_list, learn=self.policy.learn_lengths)
         self._rng = random.Random(seed)
         self._hpq = TaskQueues()
         self._lpq = TaskQueues()
         self._running: dict[str, SchedRequest] = {}
+        self._high_running = 0
         # Lazy min-heaps: stale entries are skipped when they surface.
         self._demote_at: list[tuple[float, str]] = []
         self._expire_at: list[tuple[float, str]] = []
         self._protect: list[tuple[float, str]] = []  # (-required speed, id) of running HPQ requests
-        # The token clock: tokens one request is predicted to have made since the start.
+        # The token clock (tokens one request makes at the raw f(L)) and the load
+        # clock (the integral of L), both since the start.
         self._clock = 0.0
+        self._area = 0.0
         self._clock_at: float | None = None
-        self._clock_at_admit: dict[str, float] = {}
+        self._at_admit: dict[str, tuple[float, float]] = {}  # id -> (clock, area)
         self._last_protected = 0.0
         self._lapse_at: float | None = None  # when a blocking protection next ends
+        self.calibration = 1.0
+        self.observations: deque[Observation] = deque(maxlen=OBSERVATIONS)
         self.recent: deque[Decision] = deque(maxlen=100)
         self.set_speed_model(speed)
 
     # -- the speed model -------------------------------------------------
 
     def set_speed_model(self, speed: SpeedFn) -> None:
-        """Swap f(L), e.g. after a refit; demotion times are recomputed."""
+        """Swap f(L), e.g. after a refit: the calibration starts again from 1 and the
+        demotion and expiry times are recomputed."""
+        f1 = float(speed(1.0))
+        if not f1 > 0:
+            raise ValueError(f"the speed model predicts f(1) = {f1}; it must be > 0")
         self._speed = speed
         self._f_at: dict[int, float] = {}
-        self._f1 = float(speed(1.0))
-        if not self._f1 > 0:
-            raise ValueError(f"the speed model predicts f(1) = {self._f1}; it must be > 0")
-        self._demote_at = [(self._demotion_time(r), r.id) for r in self._hpq]
-        heapq.heapify(self._demote_at)
+        self._f1_raw = f1
+        self.calibration = 1.0
+        self._rebuild_times()
+
+    @property
+    def speed_model(self) -> SpeedFn:
+        return self._speed
 
     def predicted_speed(self, load: float) -> float:
-        return float(self._speed(max(1.0, load)))
+        """f(L), calibrated: what one request is expected to get at load L."""
+        return self.calibration * float(self._speed(max(1.0, load)))
 
     def _f(self, load: int) -> float:
-        """f at an integer load, cached: the value rule asks for many loads per round."""
+        """The raw f at an integer load, cached: the value rule asks for many loads."""
         speed = self._f_at.get(load)
         if speed is None:
-            speed = self._f_at[load] = self.predicted_speed(load)
+            speed = self._f_at[load] = float(self._speed(max(1.0, load)))
         return speed
 
     @property
     def max_speed(self) -> float:
-        """f(1): the fastest the backend can ever serve one request."""
-        return self._f1
+        """f(1), calibrated: the fastest the backend can serve one request."""
+        return self.calibration * self._f1_raw
 
     def _demotion_time(self, req: SchedRequest) -> float:
+        if req.sla_kind == "ttft":
+            return req.deadline - self._ttft(req.task, 1)
         # required speed tokens / (deadline - t) reaches f(1) at this t.
-        return req.deadline - req.tokens / self._f1
+        return req.deadline - req.tokens / self.max_speed
+
+    def _ttft(self, task: str, load: int) -> float:
+        """Predicted time to first token of a request of ``task`` at ``load``."""
+        if self._ttft_fn is None:
+            return 1.0 / self.predicted_speed(load)
+        known = self.tasks.get(task)
+        prompt = known.mean_input_tokens if known is not None else 0
+        return float(self._ttft_fn(prompt, load))
+
+    def _earliest_deadline(self, task: str, tokens: int, now: float, speed: float) -> float:
+        """The earliest deadline with which a request of ``task`` expecting ``tokens``
+        can be admitted now, at per-request speed ``speed`` (that of L + 1)."""
+        if self._kinds.get(task) != "ttft":
+            return now + tokens / speed
+        first = now + self._ttft(task, self.load + 1)
+        known = self.tasks.get(task)
+        if known is None or known.useful_s is None:
+            return first
+        # The whole answer by arrival + useful_s, i.e. by deadline + (useful_s - sla_s).
+        return max(first, now + tokens / speed - (known.useful_s - known.sla_s))
+
+    def _passes(self, req: SchedRequest, now: float, speed: float) -> bool:
+        """Line 10's first half: the newcomer itself can make its deadline at L + 1."""
+        if req.sla_kind == "ttft":
+            return req.deadline >= self._earliest_deadline(req.task, req.tokens, now, speed)
+        return speed >= req.required_speed_at(now)
+
+    def _expiry_time(self, req: SchedRequest) -> float | None:
+        task = self.tasks.get(req.task)
+        if task is None or task.useful_s is None:
+            return None
+        return req.arrival + task.useful_s - req.tokens / self.max_speed
+
+    def _rebuild_times(self) -> None:
+        self._times_f1 = self.max_speed
+        self._demote_at = [(self._demotion_time(r), r.id) for r in self._hpq]
+        heapq.heapify(self._demote_at)
+        self._expire_at = [
+            (t, r.id) for r in self._waiting() if (t := self._expiry_time(r)) is not None
+        ]
+        heapq.heapify(self._expire_at)
 
     # -- state -----------------------------------------------------------
 
@@ -174,29 +213,62 @@ class Scheduler:
     def is_queued(self, req_id: str) -> bool:
         return req_id in self._hpq or req_id in self._lpq
 
+    def running(self) -> list[SchedRequest]:
+        return list(self._running.values())
+
     def _queue(self, tier: Tier) -> TaskQueues:
         return self._hpq if tier is Tier.HIGH else self._lpq
 
+    def _waiting(self) -> Iterable[SchedRequest]:
+        yield from self._hpq
+        yield from self._lpq
+
     # -- events ----------------------------------------------------------
+
+    def request(
+        self,
+        task: TaskType,
+        *,
+        id: str,
+        arrival: float,
+        max_tokens: int | None = None,
+        min_tokens: int = 0,
+        tokens: int | None = None,
+    ) -> SchedRequest:
+        """A new request of ``task`` as this scheduler sees it (``request_for`` with
+        the lengths it has learned). The gateway and the simulator both use it."""
+        return request_for(
+            task,
+            id=id,
+            arrival=arrival,
+            max_tokens=max_tokens,
+            min_tokens=min_tokens,
+            tokens=tokens,
+            lengths=self.lengths,
+        )
 
     def offer(self, req: SchedRequest, now: float) -> list[Decision]:
         """A request arrives. Returns what happened to it and to any other."""
         if self.is_queued(req.id) or req.id in self._running:
             raise ValueError(f"request {req.id} is already known to the scheduler")
         demote_at = self._demotion_time(req)  # may raise: before any state changes
+        expire_at = self._expiry_time(req)
         self._tick(now)
         cap = self.policy.queue_cap
         if cap is not None and self.queued(req.task) >= cap:
             rejected = self._leave_queued(req, now, Outcome.REJECTED_QUEUE_FULL)
             self.recent.append(rejected)
             return [rejected, *self.poll(now)]
+        self._kinds[req.task] = req.sla_kind
         self._hpq.push(req)
         heapq.heappush(self._demote_at, (demote_at, req.id))
+        if expire_at is not None:
+            heapq.heappush(self._expire_at, (expire_at, req.id))
         return self.poll(now)
 
     def poll(self, now: float) -> list[Decision]:
-        """Demote what can no longer make its deadline, expire old LPQ entries,
-        then admit whatever Algorithm 1 allows at ``now``."""
+        """Demote what can no longer make its deadline, reject what can no longer be
+        useful, then admit whatever the policy allows at ``now``."""
         self._tick(now)
         out = self._demote_due(now)
         out += self._expire_due(now)
@@ -204,13 +276,25 @@ class Scheduler:
         self.recent.extend(out)
         return out
 
+    def progress(self, req_id: str, tokens: int, now: float) -> None:
+        """A running request has generated ``tokens`` so far (a stream's count).
+        Cheap enough for every frame; a count that goes backwards is ignored."""
+        req = self._running.get(req_id)
+        if req is not None and (req.generated is None or tokens > req.generated):
+            req.generated = tokens
+
     def finish(self, req_id: str, now: float, tokens: int | None = None) -> Outcome | None:
         """A running request completed, having generated ``tokens`` (None: not
         known). Returns None if it was not running, so a caller that reports twice
         releases the slot only once."""
-        req = self._release(req_id, now)
+        req = self._running.get(req_id)
         if req is None:
             return None
+        if tokens is None:
+            tokens = req.generated
+        if tokens:
+            self._learn(req, now, tokens)
+        self._release(req_id, now)
         req.outcome = Outcome.SERVED if req.tier is Tier.HIGH else Outcome.SERVED_DEMOTED
         return req.outcome
 
@@ -228,28 +312,51 @@ class Scheduler:
         return None
 
     def next_wakeup(self) -> float | None:
-        """The next time ``poll`` has work even if no request arrives or ends:
-        the earliest demotion of an HPQ request, or LPQ expiry; with progress-aware
+        """The next time ``poll`` has work even if no request arrives or ends: the
+        earliest demotion or expiry of a waiting request; with progress-aware
         protection, also when a running request that holds the queue back is
         expected to stop needing protection."""
         lapse = self._lapse_at if self.queued() else None
         times = [
             t
             for t in (
-                self._peek(self._demote_at, self._hpq),
-                self._peek(self._expire_at, self._lpq),
+                self._peek(self._demote_at, self._hpq.__contains__),
+                self._peek(self._expire_at, self.is_queued),
                 lapse,
             )
             if t is not None
         ]
         return min(times) if times else None
 
-    # -- the token clock (beyond the paper) ------------------------------
+    # -- learning from what finished (beyond the paper) -----------------
+
+    def _learn(self, req: SchedRequest, now: float, tokens: int) -> None:
+        self._tick(now)
+        self.lengths.observe(req.task, tokens)
+        clock, area = self._at_admit[req.id]
+        took = now - (req.admitted_at if req.admitted_at is not None else now)
+        raw = self._clock - clock  # tokens the raw f(L) predicted over its run
+        if took <= 0 or raw <= 0:
+            return
+        load = max((self._area - area) / took, 1.0)
+        speed = tokens / took
+        self.observations.append(Observation(now, load, speed, self.predicted_speed(load)))
+        if self.policy.calibrate:
+            low, high = CALIBRATION_LIMITS
+            sample = tokens / raw
+            cal = self.calibration + CALIBRATION_ALPHA * (sample - self.calibration)
+            self.calibration = min(max(cal, low), high)
+            if abs(self.max_speed / self._times_f1 - 1.0) > REBUILD_AT:
+                self._rebuild_times()
+
+    # -- the token and load clocks --------------------------------------
 
     def _tick(self, now: float) -> None:
-        """Advance the token clock to ``now`` at the load that held since the last event."""
+        """Advance the clocks to ``now`` at the load that held since the last event."""
         if self._clock_at is not None and now > self._clock_at and self._running:
-            self._clock += self._f(len(self._running)) * (now - self._clock_at)
+            dt = now - self._clock_at
+            self._clock += self._f(len(self._running)) * dt
+            self._area += len(self._running) * dt
         if self._clock_at is None or now > self._clock_at:
             self._clock_at = now
 
@@ -259,26 +366,37 @@ class Scheduler:
         try:
             self._tick(now)
         finally:  # the slot is freed whatever the speed model does
-            self._clock_at_admit.pop(req_id, None)
+            self._at_admit.pop(req_id, None)
             req = self._running.pop(req_id)
+            if req.tier is Tier.HIGH:
+                self._high_running -= 1
         return req
 
-    def _still_needs(self, req_id: str, now: float) -> float:
-        """The speed a running HPQ request still needs, from its estimated progress.
-
-        0 when it no longer needs protecting: expected to be done already, past its
-        deadline, or needing more than f(1), which no admission decision can give it.
-        """
-        req = self._running[req_id]
-        made = self._clock - self._clock_at_admit[req_id]
+    def _left(self, req: SchedRequest, now: float) -> float:
+        """Tokens a running request still has to generate: from its streamed count when
+        the relay reports one, else from the token clock."""
+        if req.generated is not None:
+            return self.lengths.remaining(req.task, req.generated, req.cap, req.tokens)
+        made = self._clock - self._at_admit[req.id][0]
         if self._clock_at is not None and now > self._clock_at:
             made += self._f(len(self._running)) * (now - self._clock_at)
-        left = req.tokens - made
+        return req.tokens - self.calibration * made
+
+    def _still_needs(self, req: SchedRequest, now: float) -> float:
+        """The speed a running HPQ request still needs, from its progress.
+
+        0 when it no longer needs protecting: expected to be done already, past its
+        deadline, or needing more than f(1), which no admission decision can give it;
+        always 0 with a TTFT SLA.
+        """
+        if req.sla_kind == "ttft":
+            return 0.0
+        left = self._left(req, now)
         remaining = req.deadline - now
         if left <= 0 or remaining <= 0:
             return 0.0
         need = left / remaining
-        return need if need <= self._f1 else 0.0
+        return need if need <= self.max_speed else 0.0
 
     # -- Algorithm 1 -----------------------------------------------------
 
@@ -295,16 +413,60 @@ class Scheduler:
                 protected = max(protected, decision.request.required_speed or 0.0)
         self._last_protected = protected
         if not len(self._hpq):
-            # Best effort, oldest first, without speed estimation.
-            while len(self._lpq) and (cap is None or self.load < cap):
-                if self.policy.lpq_guard and self.predicted_speed(self.load + 1) < protected:
-                    break
-                req = self._lpq.popleft()
-                assert req is not None
-                out.append(self._start(req, now, Tier.LOW))
+            out += self._admit_low(now, protected)
         lapses = self.policy.protection in ("progress", "value")
         self._lapse_at = self._next_lapse(now) if lapses else None
         return out
+
+    def _admit_one_from_hpq(self, now: float, protected: float) -> Decision | None:
+        predicted = self.predicted_speed(self.load + 1)  # f(curLoad + 1)
+        if predicted < protected:
+            return None  # admitting anyone would break a running request's SLA
+        if self.policy.order == "deadline":
+            req = self._hpq.most_urgent_passing(
+                lambda task, tokens: self._earliest_deadline(task, tokens, now, predicted)
+            )
+            if req is None:
+                return None
+            self._hpq.remove(req.id)
+            return self._start(req, now, Tier.HIGH)
+        window = self._hpq.front(self.policy.window_size)
+        self._rng.shuffle(window)  # RandomSample(HPQ, windowSize)
+        for req in window:
+            if self._passes(req, now, predicted):
+                self._hpq.remove(req.id)
+                return self._start(req, now, Tier.HIGH)
+        return None
+
+    def _admit_low(self, now: float, protected: float) -> list[Decision]:
+        """Best effort for demoted requests, oldest first, when the policy allows."""
+        mode, cap = self.policy.lpq, self.policy.max_concurrency
+        out: list[Decision] = []
+        if mode == "idle":
+            if self._high_running:
+                return out
+            headroom = self._fresh_need()
+        while len(self._lpq) and (cap is None or self.load < cap):
+            if mode == "guard" and self.predicted_speed(self.load + 1) < protected:
+                break
+            if mode == "idle" and self.predicted_speed(self.load + 2) < headroom:
+                break
+            req = self._lpq.popleft()
+            assert req is not None
+            out.append(self._start(req, now, Tier.LOW))
+        return out
+
+    def _fresh_need(self) -> float:
+        """The highest speed a new arrival of any known task needs: expected tokens
+        over its SLA. Best-effort work keeps the load where it can still be met."""
+        return max(
+            (
+                self.lengths.expected(t, None) / t.sla_s
+                for t in self.tasks.values()
+                if t.sla_kind == "e2e"
+            ),
+            default=0.0,
+        )
 
     def _next_lapse(self, now: float) -> float | None:
         """The earliest time a running request's protection ends at the current load:
@@ -312,12 +474,12 @@ class Scheduler:
         something waits; without it a quiet gateway would notice only at the next event."""
         if not self.queued():
             return None
-        speed, f1 = self._f(self.load), self._f1
+        speed, f1 = self.predicted_speed(self.load), self.max_speed
         soonest = None
-        for rid, req in self._running.items():
-            if req.tier is not Tier.HIGH or self._still_needs(rid, now) <= 0:
+        for req in self._running.values():
+            if req.tier is not Tier.HIGH or self._still_needs(req, now) <= 0:
                 continue
-            left = req.tokens - (self._clock - self._clock_at_admit[rid])
+            left = self._left(req, now)
             remaining = req.deadline - now
             dt = min(left / speed, remaining) if speed > 0 else remaining
             if f1 > speed:
@@ -326,18 +488,6 @@ class Scheduler:
             if dt >= 0 and (soonest is None or at < soonest):
                 soonest = at
         return soonest
-
-    def _admit_one_from_hpq(self, now: float, protected: float) -> Decision | None:
-        predicted = self.predicted_speed(self.load + 1)  # f(curLoad + 1)
-        if predicted < protected:
-            return None  # admitting anyone would break a running request's SLA
-        window = self._hpq.front(self.policy.window_size)
-        self._rng.shuffle(window)  # RandomSample(HPQ, windowSize)
-        for req in window:
-            if predicted >= req.required_speed_at(now):
-                self._hpq.remove(req.id)
-                return self._start(req, now, Tier.HIGH)
-        return None
 
     def _protected_speed(self) -> float:
         """The highest required speed among running requests admitted from the HPQ."""
@@ -361,9 +511,7 @@ class Scheduler:
         needs = sorted(
             n
             for n in (
-                self._still_needs(rid, now)
-                for rid, r in self._running.items()
-                if r.tier is Tier.HIGH
+                self._still_needs(r, now) for r in self._running.values() if r.tier is Tier.HIGH
             )
             if n > 0
         )
@@ -371,7 +519,7 @@ class Scheduler:
             return 0.0
         if mode == "progress":
             return needs[-1]
-        speed = self._f(self._best_load(now, needs))
+        speed = self.predicted_speed(self._best_load(now, needs))
         kept = bisect.bisect_right(needs, speed)
         return needs[kept - 1] if kept else 0.0
 
@@ -379,15 +527,15 @@ class Scheduler:
         """The load n >= L that keeps the most requests on schedule: running ones with
         need <= f(n), plus up to n - L waiting ones with required speed <= f(n). Ties
         go to the lowest n, so protection yields only to a strictly larger gain."""
-        load = self.load
-        waiting = sorted(s for s in (r.required_speed_at(now) for r in self._hpq) if s <= self._f1)
+        load, f1 = self.load, self.max_speed
+        waiting = sorted(s for s in (r.required_speed_at(now) for r in self._hpq) if s <= f1)
         cap = self.policy.max_concurrency
         top = load + len(waiting)
         if cap is not None:
             top = min(top, cap)
-        best, best_value = load, bisect.bisect_right(needs, self._f(load))
+        best, best_value = load, bisect.bisect_right(needs, self.predicted_speed(load))
         for n in range(load + 1, top + 1):
-            speed = self._f(n)
+            speed = self.predicted_speed(n)
             kept = bisect.bisect_right(needs, speed)
             served = bisect.bisect_right(waiting, speed)
             if kept + served <= best_value:
@@ -400,8 +548,9 @@ class Scheduler:
     def _start(self, req: SchedRequest, now: float, tier: Tier) -> Decision:
         req.admitted_at = now
         self._running[req.id] = req
-        self._clock_at_admit[req.id] = self._clock
+        self._at_admit[req.id] = (self._clock, self._area)
         if tier is Tier.HIGH:
+            self._high_running += 1
             # Recorded once, as the paper does: what this request needs from now on.
             req.required_speed = req.required_speed_at(now)
             heapq.heappush(self._protect, (-req.required_speed, req.id))
@@ -418,8 +567,6 @@ class Scheduler:
             req.tier = Tier.LOW
             req.demoted_at = now
             self._lpq.push(req)
-            if self.policy.lpq_timeout_s is not None:
-                heapq.heappush(self._expire_at, (now + self.policy.lpq_timeout_s, req.id))
             out.append(Decision(Action.DEMOTE, req, now, Tier.LOW))
         return out
 
@@ -428,9 +575,9 @@ class Scheduler:
         heap = self._expire_at
         while heap and heap[0][0] <= now:
             _, req_id = heapq.heappop(heap)
-            req = self._lpq.remove(req_id)
+            req = self._hpq.remove(req_id) or self._lpq.remove(req_id)
             if req is not None:
-                out.append(self._leave_queued(req, now, Outcome.REJECTED_LPQ_TIMEOUT))
+                out.append(self._leave_queued(req, now, Outcome.REJECTED_EXPIRED))
         return out
 
     def _leave_queued(self, req: SchedRequest, now: float, outcome: Outcome) -> Decision:
@@ -438,8 +585,8 @@ class Scheduler:
         return Decision(Action.REJECT, req, now, req.tier, outcome)
 
     @staticmethod
-    def _peek(heap: list[tuple[float, str]], members: TaskQueues) -> float | None:
-        while heap and heap[0][1] not in members:
+    def _peek(heap: list[tuple[float, str]], member: Callable[[str], bool]) -> float | None:
+        while heap and not member(heap[0][1]):
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
@@ -456,8 +603,9 @@ class Scheduler:
             "predicted_speed": {
                 "at_load": self.predicted_speed(load),
                 "at_load_plus_1": self.predicted_speed(load + 1),
-                "max": self._f1,
+                "max": self.max_speed,
             },
+            "calibration": round(self.calibration, 4),
             "protected_speed": (
                 self._protected_speed()
                 if self.policy.protection == "frozen"
@@ -467,6 +615,7 @@ class Scheduler:
                 name: {"high": self._hpq.depth(name), "low": self._lpq.depth(name)}
                 for name in names
             },
+            "lengths": self.lengths.summary(),
             "recent_decisions": [
                 {
                     "action": d.action.value,

@@ -15,7 +15,7 @@ class Outcome(StrEnum):
     CANCELLED_QUEUED = "cancelled_queued"  # the client went away while it waited
     CANCELLED_RUNNING = "cancelled_running"  # the client went away while it ran
     REJECTED_QUEUE_FULL = "rejected_queue_full"  # its task's queue was full on arrival
-    REJECTED_LPQ_TIMEOUT = "rejected_lpq_timeout"  # waited in the LPQ past the limit
+    REJECTED_EXPIRED = "rejected_expired"  # could no longer finish while still wanted
     # Answered by the gateway before the request reached the scheduler.
     INVALID_REQUEST = "invalid_request"
     UNAUTHORIZED = "unauthorized"

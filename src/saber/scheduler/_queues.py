@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from saber.scheduler._request import SchedRequest
 
@@ -13,12 +14,17 @@ class TaskQueues:
 
     Requests of one task arrive in deadline order, so each task's queue is
     ordered by arrival; ``front`` merges the task queues lazily to find the
-    oldest requests overall.
+    oldest requests overall. ``most_urgent_passing`` finds the request with the
+    earliest deadline among those that can be admitted, in O(groups x log n):
+    within a group of requests of one task expecting the same tokens, the ones that
+    can are exactly those with a late enough deadline.
     """
 
     def __init__(self) -> None:
         self._by_task: dict[str, OrderedDict[str, SchedRequest]] = {}
         self._where: dict[str, str] = {}
+        # (task, tokens) -> deadlines in order, and the ids in the same order.
+        self._groups: dict[tuple[str, int], tuple[list[float], list[str]]] = {}
 
     def __len__(self) -> int:
         return len(self._where)
@@ -29,12 +35,36 @@ class TaskQueues:
     def push(self, req: SchedRequest) -> None:
         self._by_task.setdefault(req.task, OrderedDict())[req.id] = req
         self._where[req.id] = req.task
+        deadlines, ids = self._groups.setdefault((req.task, req.tokens), ([], []))
+        i = bisect.bisect_right(deadlines, req.deadline)  # the end, but for a tie
+        deadlines.insert(i, req.deadline)
+        ids.insert(i, req.id)
 
     def remove(self, req_id: str) -> SchedRequest | None:
         task = self._where.pop(req_id, None)
         if task is None:
             return None
-        return self._by_task[task].pop(req_id)
+        req = self._by_task[task].pop(req_id)
+        key = (task, req.tokens)
+        deadlines, ids = self._groups[key]
+        i = bisect.bisect_left(deadlines, req.deadline)
+        while ids[i] != req_id:
+            i += 1
+        del deadlines[i], ids[i]
+        if not ids:
+            del self._groups[key]
+        return req
+
+    def most_urgent_passing(self, earliest: Callable[[str, int], float]) -> SchedRequest | None:
+        """The waiting request with the earliest deadline among those that pass:
+        ``earliest(task, tokens)`` is the earliest deadline with which a request of
+        that task and length would pass now. None if none passes."""
+        best: tuple[float, str] | None = None
+        for (task, tokens), (deadlines, ids) in self._groups.items():
+            i = bisect.bisect_left(deadlines, earliest(task, tokens))
+            if i < len(ids) and (best is None or deadlines[i] < best[0]):
+                best = (deadlines[i], ids[i])
+        return None if best is None else self.get(best[1])
 
     def get(self, req_id: str) -> SchedRequest | None:
         task = self._where.get(req_id)

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from saber.config import TaskType
-from saber.scheduler._estimate import expected_tokens
+from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._outcome import Outcome
 
 
@@ -36,19 +36,25 @@ class SchedRequest:
     arrival: float
     deadline: float
     tokens: int
+    cap: int | None = None  # the client's max_tokens: the most it can generate
+    # "ttft": the deadline is for the first token, not the last (the task's sla_kind).
+    sla_kind: str = "e2e"
     tier: Tier = Tier.HIGH
     admitted_at: float | None = None
     demoted_at: float | None = None
     # The speed it needed when admitted; running requests are protected against it.
     required_speed: float | None = None
+    # Tokens generated so far, as the relay last reported (None: never reported).
+    generated: int | None = None
     outcome: Outcome | None = field(default=None)
 
     def required_speed_at(self, now: float) -> float:
-        """Tokens per second it needs from ``now`` on to finish by its deadline."""
+        """Tokens per second it needs from ``now`` on to finish by its deadline (0 for a
+        TTFT deadline, which a speed does not decide)."""
         remaining = self.deadline - now
         if remaining <= 0:
             return math.inf
-        return self.tokens / remaining
+        return self.tokens / remaining if self.sla_kind == "e2e" else 0.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -72,14 +78,18 @@ def request_for(
     max_tokens: int | None = None,
     min_tokens: int = 0,
     tokens: int | None = None,
+    lengths: TaskLengths | None = None,
 ) -> SchedRequest:
-    """The one way a request becomes scheduler input, in the gateway and the simulator.
+    """The one way a request becomes scheduler input (``Scheduler.request`` passes its
+    own learned ``lengths``; the gateway and the simulator both call that).
 
-    The deadline is ``arrival`` plus the task's SLA. ``tokens`` is what the request
+    The deadline is ``arrival`` plus the task's SLA (for its last token, or for its
+    first with a TTFT SLA). ``tokens`` is what the request
     will generate when the caller knows it (the paper's oracle set-up); otherwise the
-    task's expectation, bounded by the client's ``max_tokens`` and raised to its
-    ``min_tokens`` (vLLM generates at least that many). Values no engine could serve
-    raise ValueError before anything is built.
+    expected length of the task's answers (``lengths``, else the configured one),
+    bounded by the client's ``max_tokens`` and raised to its ``min_tokens`` (vLLM
+    generates at least that many). Values no engine could serve raise ValueError
+    before anything is built.
     """
     if not math.isfinite(arrival):
         raise ValueError(f"arrival must be a finite time, got {arrival!r}")
@@ -87,11 +97,16 @@ def request_for(
         if value is not None and not 0 <= value <= MAX_TOKENS:
             raise ValueError(f"{name} must be within 0..{MAX_TOKENS}, got {value}")
     if tokens is None:
-        tokens = max(expected_tokens(task, max_tokens), min_tokens)
+        tokens = (lengths or _CONFIGURED).expected(task, max_tokens, min_tokens)
     return SchedRequest(
         id=id,
         task=task.name,
         arrival=arrival,
         deadline=arrival + task.sla_s,
         tokens=max(tokens, 1),
+        cap=max_tokens if max_tokens else None,
+        sla_kind=task.sla_kind,
     )
+
+
+_CONFIGURED = TaskLengths()

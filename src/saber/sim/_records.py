@@ -14,7 +14,8 @@ class SimRecord:
     run, the scheduler's ADMIT otherwise); ``started_at`` when the engine first
     computed it. A rejected request was never served; a request that is neither
     finished nor rejected was still queued when the run ended. Only a finished
-    request within its task's SLA (end-to-end, inclusive) meets it.
+    request within its task's SLA (inclusive) meets it: end to end, or for a task
+    with a TTFT SLA, its first token.
     """
 
     id: str
@@ -29,6 +30,7 @@ class SimRecord:
     preemptions: int
     demoted: bool
     rejected: bool
+    sla_kind: str = "e2e"
 
     @property
     def e2e(self) -> float | None:
@@ -41,8 +43,10 @@ class SimRecord:
 
     @property
     def met_sla(self) -> bool:
-        e2e = self.e2e
-        return e2e is not None and e2e <= self.sla_s
+        if self.finished_at is None:
+            return False
+        latency = self.ttft if self.sla_kind == "ttft" else self.e2e
+        return latency is not None and latency <= self.sla_s
 
 
 @dataclass(slots=True)
@@ -56,6 +60,7 @@ class SimResult:
     max_running: int = 0
     end: float = 0.0  # when the last step ended
     unfinished: list[str] = field(default_factory=list)
+    swaps: list[float] = field(default_factory=list)  # when a refit replaced f(L)
 
     def goodput(self, task: str | None = None) -> float:
         """Share of requests (of ``task``, if given) that met their SLA; 0..1."""

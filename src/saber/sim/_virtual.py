@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from saber.config import TaskType
-from saber.engine import Engine, EngineRequest
-from saber.scheduler import Action, Decision, SchedRequest, request_for
+from saber.engine import Engine, EnginePreset, EngineRequest
+from saber.scheduler import Action, Decision, SchedRequest, Scheduler
 from saber.sim._records import SimRecord, SimResult
+from saber.speed import LiveFit, SpeedModel
 from saber.workload import TraceRequest
 
 _MAX_STEPS = 1 << 30
@@ -24,8 +25,19 @@ _MAX_STEPS = 1 << 30
 class AdmissionScheduler(Protocol):
     """The part of ``saber.scheduler.Scheduler`` the simulator drives."""
 
+    def request(
+        self,
+        task: TaskType,
+        *,
+        id: str,
+        arrival: float,
+        max_tokens: int | None = None,
+        min_tokens: int = 0,
+        tokens: int | None = None,
+    ) -> SchedRequest: ...
     def offer(self, req: SchedRequest, now: float) -> list[Decision]: ...
     def poll(self, now: float) -> list[Decision]: ...
+    def progress(self, req_id: str, tokens: int, now: float) -> None: ...
     def finish(self, req_id: str, now: float, tokens: int | None = None) -> object: ...
     def next_wakeup(self) -> float | None: ...
 
@@ -37,17 +49,28 @@ def simulate(
     tasks: Mapping[str, TaskType],
     scheduler: AdmissionScheduler | None = None,
     trust_max_tokens: bool = False,
+    refit: LiveFit | None = None,
+    drift: Sequence[tuple[float, EnginePreset]] = (),
 ) -> SimResult:
     """Serve ``trace`` on a fresh ``engine`` in virtual time.
 
     Without a scheduler every arrival goes straight to the engine (the paper's
     static baseline: the engine's ``max_num_seqs`` is the batch size). With one,
     the scheduler decides when each request reaches the engine; each arrival
-    becomes scheduler input through ``saber.scheduler.request_for``, as in the
-    gateway. ``trust_max_tokens`` tells the scheduler that a request's
-    ``max_tokens`` is its true length (the paper's oracle set-up); otherwise it
-    estimates, as the gateway does.
+    becomes scheduler input through ``scheduler.request``, and after every engine
+    step each running request's generated count goes to ``scheduler.progress``, as
+    the gateway does with each streamed frame. ``trust_max_tokens`` tells the
+    scheduler that a request's ``max_tokens`` is its true length (the paper's oracle
+    set-up); otherwise it estimates, as the gateway does.
+
+    ``refit`` refits the scheduler's speed model on what finished requests
+    observed, inline, as the gateway does in the background, and swaps it in when it
+    departs. ``drift`` changes the engine under the scheduler's feet: from each
+    time on, the engine's steps take the time of that preset (a slower GPU, a noisy
+    neighbour).
     """
+    if refit is not None and not isinstance(scheduler, Scheduler):
+        raise ValueError("refit needs a saber.scheduler.Scheduler")
     if not engine.idle or engine.total_steps:
         raise ValueError("simulate needs a fresh engine")
     trace = sorted(trace, key=lambda r: r.arrival)
@@ -58,6 +81,8 @@ def simulate(
     if unknown:
         raise ValueError(f"unknown task type(s): {', '.join(sorted(unknown))}")
     run = _Run(trace, engine, tasks, scheduler, trust_max_tokens)
+    run.refit = refit
+    run.drift = sorted(drift, key=lambda change: change[0])
     run.loop()
     return run.result()
 
@@ -84,6 +109,9 @@ class _Run:
         self.rejected: set[str] = set()
         self.calls = 0
         self.polled_wake = -math.inf
+        self.refit: LiveFit | None = None
+        self.drift: list[tuple[float, EnginePreset]] = []
+        self.swaps: list[float] = []
 
     # -- events ----------------------------------------------------------
 
@@ -116,7 +144,7 @@ class _Run:
         if self.scheduler is None:
             self.admit(req.id, req.arrival)
             return
-        sreq = request_for(
+        sreq = self.scheduler.request(
             self.tasks[req.task],
             id=req.id,
             arrival=req.arrival,
@@ -149,7 +177,10 @@ class _Run:
         now = self.next_arrival()
         while True:
             self.advance_to(now)
-            until = min(self.next_arrival(), self.next_wakeup())
+            while self.drift and self.drift[0][0] <= now:
+                engine.preset = self.drift.pop(0)[1]
+            change = self.drift[0][0] if self.drift else math.inf
+            until = min(self.next_arrival(), self.next_wakeup(), change)
             if engine.idle:
                 if until == math.inf:
                     return
@@ -161,10 +192,31 @@ class _Run:
             now = res.end
             # What happened during the step comes first, then the finishes at its end.
             self.advance_to(now)
-            if sched is not None and res.finished:
-                for ereq in res.finished:
-                    sched.finish(ereq.id, now, ereq.generated)
-                self.apply(sched.poll(now))
+            if sched is not None:
+                for rid in res.tokens:
+                    ereq = self.in_engine[rid]
+                    if ereq.finished_at is None:
+                        sched.progress(rid, ereq.generated, now)
+                if res.finished:
+                    for ereq in res.finished:
+                        sched.finish(ereq.id, now, ereq.generated)
+                    if self.refit is not None:
+                        self.refit_now(now)
+                    self.apply(sched.poll(now))
+
+    def refit_now(self, now: float) -> None:
+        sched, fit = self.scheduler, self.refit
+        assert isinstance(sched, Scheduler) and fit is not None
+        while sched.observations:
+            seen = sched.observations.popleft()
+            fit.observe(seen.load, seen.speed)
+        current = sched.speed_model
+        if not fit.due() or not isinstance(current, SpeedModel):
+            return
+        result = fit.judge(current, current.kind, *fit.snapshot())
+        if result is not None and result.swap:
+            sched.set_speed_model(result.model)
+            self.swaps.append(now)
 
     def result(self) -> SimResult:
         records = []
@@ -189,6 +241,7 @@ class _Run:
                     preemptions=ereq.preemptions if ereq is not None else 0,
                     demoted=req.id in self.demoted,
                     rejected=rejected,
+                    sla_kind=self.tasks[req.task].sla_kind,
                 )
             )
         assert len(records) == len(self.by_id) == len({r.id for r in records})
@@ -201,4 +254,5 @@ class _Run:
             max_running=engine.max_running,
             end=engine.clock if engine.total_steps else 0.0,
             unfinished=unfinished,
+            swaps=self.swaps,
         )

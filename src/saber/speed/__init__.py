@@ -10,6 +10,7 @@ from saber.speed._linear import LinearModel
 from saber.speed._logdecay import LogDecayModel
 from saber.speed._logistic import LogisticModel
 from saber.speed._metrics import mape, r2_score
+from saber.speed._online import LiveFit, Refit
 from saber.speed._profile import (
     BackendInfo,
     FitScore,
@@ -27,6 +28,7 @@ from saber.speed._profile import (
 from saber.speed._registry import MODELS, fit_model
 from saber.speed._select import USL_TIE, FitReport, fit_all, rank
 from saber.speed._solo import SoloUSLModel
+from saber.speed._ttft import fit_ttft
 from saber.speed._usl import USLModel
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "FitScore",
     "LevelSummary",
     "LinearModel",
+    "LiveFit",
     "LogDecayModel",
     "LogisticModel",
     "ModelInfo",
@@ -47,6 +50,7 @@ __all__ = [
     "Profile",
     "ProfileError",
     "ProfilingInfo",
+    "Refit",
     "SoloUSLModel",
     "SpeedModel",
     "TTFTFit",
@@ -54,6 +58,7 @@ __all__ = [
     "build_profile",
     "fit_all",
     "fit_model",
+    "fit_ttft",
     "load_profile",
     "mape",
     "r2_score",

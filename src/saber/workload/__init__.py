@@ -17,7 +17,14 @@ from saber.workload._text import (
     guess_task,
     make_prompt,
 )
-from saber.workload._trace import Mode, TraceRequest, generate_trace, read_trace, write_trace
+from saber.workload._trace import (
+    Mode,
+    TraceRequest,
+    generate_phased_trace,
+    generate_trace,
+    read_trace,
+    write_trace,
+)
 
 __all__ = [
     "CHAT_TOKENS_PER_MESSAGE",
@@ -30,6 +37,7 @@ __all__ = [
     "count_tokens",
     "filler",
     "gamma_arrivals",
+    "generate_phased_trace",
     "generate_trace",
     "guess_task",
     "lognormal_params",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -78,6 +78,46 @@ def generate_trace(
             )
         )
     return trace
+
+
+def generate_phased_trace(
+    workload: Workload,
+    tasks: Mapping[str, TaskType],
+    *,
+    phases: Sequence[tuple[float, float]],
+    seed: int = 0,
+    mode: Mode = "realistic",
+    arrival: Literal["poisson", "gamma"] = "poisson",
+    cv: float = 1.0,
+) -> list[TraceRequest]:
+    """A seeded trace whose rate changes: ``phases`` is (duration s, RPS) in order,
+    e.g. low load, a burst above capacity, then moderate load. Each phase is
+    generated like ``generate_trace`` (its own sub-seed) and shifted to its start."""
+    out: list[TraceRequest] = []
+    start = 0.0
+    for k, (duration, rps) in enumerate(phases):
+        if duration <= 0:
+            raise ValueError(f"phase {k}: duration must be > 0")
+        # Enough arrivals to cover the phase, then cut at its end.
+        n = max(int(rps * duration * 1.5) + 50, 1)
+        part = generate_trace(
+            workload, tasks, rps=rps, n=n, seed=seed * 1000 + k, mode=mode, arrival=arrival, cv=cv
+        )
+        for req in part:
+            if req.arrival >= duration:
+                break
+            out.append(
+                TraceRequest(
+                    id=f"r{len(out):06d}",
+                    task=req.task,
+                    arrival=start + req.arrival,
+                    prompt_tokens=req.prompt_tokens,
+                    output_tokens=req.output_tokens,
+                    max_tokens=req.max_tokens,
+                )
+            )
+        start += duration
+    return out
 
 
 def write_trace(path: str | Path, trace: Iterable[TraceRequest]) -> None:

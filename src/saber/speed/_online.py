@@ -1,0 +1,106 @@
+"""Keeping f(L) true while serving: a sliding window of what the engine delivers.
+
+Every finished request gives a point (its time-averaged load, its speed). ``LiveFit``
+keeps the last ``window`` of them, refits the model kind in use with the very fitter
+the offline profile used, and says whether the live curve has departed from the one
+in use by more than ``margin`` over the loads actually seen. The fit itself is the
+expensive part (tens of milliseconds): the gateway runs it off its event loop, the
+simulator inline. Nothing here has a clock; callers pass what they observed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from saber.speed._base import SpeedModel
+from saber.speed._errors import FitError
+from saber.speed._registry import fit_model
+
+WINDOW = 2000
+MIN_POINTS = 200
+MIN_LEVELS = 3
+LEVEL_POINTS = 5
+EVERY = 200
+MARGIN = 0.15
+"""The live curve replaces the one in use when they differ by more than this
+(relative), somewhere within the loads seen."""
+
+
+@dataclass(frozen=True)
+class Refit:
+    """The outcome of one refit: the candidate, how far it departs from the curve in
+    use over the loads seen, and whether it should replace it."""
+
+    model: SpeedModel
+    departure: float
+    loads: tuple[float, float]  # the range it was judged on
+    points: int
+    swap: bool
+
+
+class LiveFit:
+    """A window of (load, speed) points from live traffic, and refits on it."""
+
+    def __init__(
+        self,
+        *,
+        window: int = WINDOW,
+        min_points: int = MIN_POINTS,
+        every: int = EVERY,
+        margin: float = MARGIN,
+    ) -> None:
+        if min_points < 2 or window < min_points or every < 1 or margin <= 0:
+            raise ValueError("need window >= min_points >= 2, every >= 1 and margin > 0")
+        self.window = window
+        self.min_points = min_points
+        self.every = every
+        self.margin = margin
+        self._points: deque[tuple[float, float]] = deque(maxlen=window)
+        self._new = 0
+        self.refits = 0
+        self.swaps = 0
+        self.last: Refit | None = None
+
+    def observe(self, load: float, speed: float) -> None:
+        if load >= 1.0 and speed > 0 and np.isfinite(load) and np.isfinite(speed):
+            self._points.append((load, speed))
+            self._new += 1
+
+    def __len__(self) -> int:
+        return len(self._points)
+
+    def due(self) -> bool:
+        """Enough new points since the last refit, on enough distinct loads."""
+        if self._new < self.every or len(self._points) < self.min_points:
+            return False
+        _, counts = np.unique(np.rint([p[0] for p in self._points]), return_counts=True)
+        return int((counts >= LEVEL_POINTS).sum()) >= MIN_LEVELS
+
+    def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
+        """The window's loads and speeds (copies: safe to fit on another thread)."""
+        self._new = 0
+        pts = np.array(self._points, dtype=float).reshape(-1, 2)
+        return pts[:, 0].copy(), pts[:, 1].copy()
+
+    def judge(
+        self, current: Callable[[float], float], kind: str, loads: np.ndarray, speeds: np.ndarray
+    ) -> Refit | None:
+        """Fit ``kind`` to the points and compare it with ``current``; None if the
+        points cannot support a fit. Pure apart from the counters."""
+        try:
+            model = fit_model(kind, loads, speeds)
+        except (FitError, ValueError):
+            return None
+        self.refits += 1
+        low, high = (float(v) for v in np.percentile(loads, [5, 95]))
+        grid = np.linspace(low, max(high, low + 1e-9), 25)
+        departure = max(abs(model(x) / current(x) - 1.0) for x in grid)
+        refit = Refit(model, departure, (low, high), len(loads), departure > self.margin)
+        if refit.swap:
+            self.swaps += 1
+        self.last = refit
+        return refit

@@ -1,0 +1,46 @@
+"""Fitting time to first token against prompt length and load (``TTFTFit``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.optimize import nnls
+
+from saber.speed._profile import TTFTFit
+
+MIN_POINTS = 8
+
+
+def fit_ttft(prompt_tokens: ArrayLike, loads: ArrayLike, ttfts: ArrayLike) -> TTFTFit | None:
+    """Linear least squares with non-negative coefficients; None with too few points.
+
+    The features are 1, P, L-1 and P*(L-1) (see ``TTFTFit``): a prompt costs
+    prefill work per token, and each step it shares with the other running
+    requests takes longer.
+    """
+    prompt = np.asarray(prompt_tokens, dtype=float)
+    extra = np.asarray(loads, dtype=float) - 1.0
+    ttft = np.asarray(ttfts, dtype=float)
+    if prompt.size < MIN_POINTS or np.unique(extra).size < 2:
+        return None
+    design = np.column_stack((np.ones_like(prompt), prompt, extra, prompt * extra))
+    scale = np.maximum(np.abs(design).max(axis=0), 1e-12)
+    coef, _ = nnls(design / scale, ttft)
+    coef = coef / scale
+    predicted = design @ coef
+    total = float(np.sum((ttft - ttft.mean()) ** 2))
+    residual = float(np.sum((ttft - predicted) ** 2))
+    r2 = 1.0 - residual / total if total > 0 else (1.0 if residual == 0 else 0.0)
+    positive = ttft > 0
+    err = float(np.mean(np.abs(predicted[positive] - ttft[positive]) / ttft[positive]))
+    return TTFTFit(
+        intercept_s=float(coef[0]),
+        per_prompt_token_s=float(coef[1]),
+        per_load_s=float(coef[2]),
+        per_prompt_token_load_s=float(coef[3]),
+        r2=min(r2, 1.0),
+        mape=err if positive.any() else 0.0,
+        n=int(prompt.size),
+        prompt_tokens_max=int(prompt.max()),
+        load_max=float(extra.max() + 1.0),
+    )

@@ -1,0 +1,71 @@
+"""LiveFit: refitting f(L) on what the engine delivers, and judging the departure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from saber.speed import MODELS, LiveFit
+
+USL = MODELS["usl"]
+
+
+def points(model, n: int, seed: int = 0, noise: float = 0.05):
+    rng = np.random.default_rng(seed)
+    loads = rng.uniform(1, 40, n)
+    speeds = np.array([model(x) for x in loads]) * rng.lognormal(0, noise, n)
+    return loads, speeds
+
+
+def test_a_fit_is_due_only_with_enough_new_points_on_enough_loads():
+    fit = LiveFit(min_points=50, every=20, window=200)
+    for _ in range(60):
+        fit.observe(4.0, 50.0)  # one load only
+    assert not fit.due()
+    for load in (1.0, 8.0, 16.0):
+        for _ in range(10):
+            fit.observe(load, 40.0)
+    assert fit.due()
+    fit.snapshot()
+    assert not fit.due()  # nothing new since
+    fit.observe(float("nan"), 1.0)
+    fit.observe(0.5, 10.0)
+    fit.observe(3.0, -1.0)
+    assert len(fit) == 90  # bad points are dropped
+
+
+def test_a_slower_engine_is_found_and_swapped_in():
+    profile = USL.from_params(lam=130.0, sigma=0.05, kappa=0.0002)
+    engine = USL.from_params(lam=87.0, sigma=0.05, kappa=0.0002)  # 1.5x slower
+    fit = LiveFit(min_points=100, every=100)
+    for load, speed in zip(*points(engine, 300), strict=True):
+        fit.observe(load, speed)
+    assert fit.due()
+    result = fit.judge(profile, "usl", *fit.snapshot())
+    assert result is not None and result.swap
+    assert result.departure == pytest.approx(1 / 1.5 - 1, abs=0.08) or result.departure > 0.25
+    assert result.model(1.0) == pytest.approx(87.0, rel=0.1)
+    assert (fit.refits, fit.swaps) == (1, 1)
+
+
+def test_the_same_engine_keeps_its_curve():
+    profile = USL.from_params(lam=130.0, sigma=0.05, kappa=0.0002)
+    fit = LiveFit(min_points=100, every=100)
+    for load, speed in zip(*points(profile, 400, seed=1), strict=True):
+        fit.observe(load, speed)
+    result = fit.judge(profile, "usl", *fit.snapshot())
+    assert result is not None and not result.swap and result.departure < fit.margin
+    assert (fit.refits, fit.swaps) == (1, 0)
+
+
+def test_points_that_cannot_be_fitted_give_no_refit():
+    fit = LiveFit(min_points=2, every=1, window=10)
+    result = fit.judge(lambda x: 1.0, "usl", np.array([2.0, 2.0]), np.array([10.0, 11.0]))
+    assert result is None and fit.refits == 0
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError):
+        LiveFit(window=10, min_points=20)
+    with pytest.raises(ValueError):
+        LiveFit(margin=0)
