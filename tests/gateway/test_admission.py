@@ -28,9 +28,16 @@ from saber.scheduler import (
 )
 
 
-def task(name: str = "t", sla: float = 1.0, tokens: int = 50) -> TaskType:
+def task(
+    name: str = "t", sla: float = 1.0, tokens: int = 50, useful: float | None = None
+) -> TaskType:
     return TaskType(
-        name=name, mean_input_tokens=10, mean_output_tokens=tokens, sla_s=sla, max_tokens=tokens
+        name=name,
+        mean_input_tokens=10,
+        mean_output_tokens=tokens,
+        sla_s=sla,
+        max_tokens=tokens,
+        useful_s=useful,
     )
 
 
@@ -87,9 +94,12 @@ class FakeTimer:
         self.cancelled = True
 
 
-def make(speed: float = 100.0, **policy: Any) -> tuple[Admission, FakeLoop, Scheduler]:
+def make(
+    speed: float = 100.0, useful: float | None = None, **policy: Any
+) -> tuple[Admission, FakeLoop, Scheduler]:
+    """An admission on a hand-moved clock; task "t" is useful for ``useful`` seconds."""
     loop = FakeLoop(asyncio.get_running_loop())
-    sched = Scheduler(flat(speed), Policy(**policy), seed=1)
+    sched = Scheduler(flat(speed), Policy(**policy), tasks=[task(useful=useful)], seed=1)
     adm = Admission(sched, loop=loop, trace=True)  # type: ignore[arg-type]
     return adm, loop, sched
 
@@ -156,8 +166,9 @@ async def test_queue_full_rejects_at_once() -> None:
 
 
 async def test_one_timer_demotes_then_expires_without_polling() -> None:
-    # f(1) = 100 tok/s, 50 tokens, SLA 1 s: hopeless from arrival + 0.5 s.
-    adm, loop, sched = make(speed=100.0, max_concurrency=1, lpq_timeout_s=0.2)
+    # f(1) = 100 tok/s, 50 tokens, SLA 1 s: hopeless from arrival + 0.5 s; useful for
+    # 1.2 s, so worthless from arrival + 0.7 s.
+    adm, loop, sched = make(speed=100.0, useful=1.2, max_concurrency=1)
     a, _ = offer(adm, task(), 50)
     b, fb = offer(adm, task(), 50)
     arrival = b.arrival
@@ -169,7 +180,7 @@ async def test_one_timer_demotes_then_expires_without_polling() -> None:
     assert [t.when() for t in loop.pending()] == [pytest.approx(arrival + 0.7)]
     loop.advance(0.2)
     d = fb.result()
-    assert d.action is Action.REJECT and d.outcome is Outcome.REJECTED_LPQ_TIMEOUT
+    assert d.action is Action.REJECT and d.outcome is Outcome.REJECTED_EXPIRED
     assert d.at == pytest.approx(arrival + 0.7)
     assert loop.pending() == []
     timer_polls = [e for e in adm.trace or [] if e.call == "timer"]
@@ -193,12 +204,13 @@ async def test_retry_after_formula() -> None:
 
 
 async def test_real_loop_timer_fires() -> None:
-    sched = Scheduler(flat(1000.0), Policy(max_concurrency=1, lpq_timeout_s=0.05), seed=0)
+    t = task(sla=0.1, tokens=50, useful=0.15)
+    sched = Scheduler(flat(1000.0), Policy(max_concurrency=1), tasks=[t], seed=0)
     adm = Admission(sched)
     a, _ = offer(adm, task(sla=0.1, tokens=50), 50)
     _, fb = offer(adm, task(sla=0.1, tokens=50), 50)
     d = await asyncio.wait_for(fb, 1.0)  # demoted at 0.05 s, expired at 0.10 s
-    assert d.outcome is Outcome.REJECTED_LPQ_TIMEOUT
+    assert d.outcome is Outcome.REJECTED_EXPIRED
     adm.leave(a, served=True)
     adm.close()
 
@@ -275,7 +287,7 @@ def test_no_leak_under_any_interleaving(ops: list[Op], cap: int) -> None:
 
 
 async def _interleave(ops: list[Op], cap: int) -> None:
-    adm, loop, sched = make(speed=200.0, max_concurrency=cap, queue_cap=6, lpq_timeout_s=0.3)
+    adm, loop, sched = make(speed=200.0, useful=2.5, max_concurrency=cap, queue_cap=6)
     offered: list[tuple[SchedRequest, asyncio.Future[Decision]]] = []
     left: set[str] = set()
     rng = random.Random(len(ops))

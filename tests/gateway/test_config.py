@@ -20,6 +20,7 @@ from saber.config import (
 )
 from saber.gateway.cli import main
 from saber.gateway.settings import load_settings
+from saber.scheduler import Policy
 from saber.speed import ProfileError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +39,8 @@ def test_shipped_config_has_the_paper_tasks_and_code_completion() -> None:
     paper = {"code_qna": 1.0, "code_generation": 8.0, "code_summary": 1.0, "code_translation": 12.0}
     assert {name: cfg.tasks[name].sla_s for name in paper} == paper
     completion = cfg.tasks["code_completion"]
-    assert completion.expected_tokens == 64 and completion.sla_s == 1.5
+    assert completion.expected_tokens == 64 and completion.sla_s == 1.0
+    assert completion.sla_kind == "ttft" and completion.useful_s == 3
 
 
 def test_precedence_cli_over_env_over_file(tmp_path: Path) -> None:
@@ -56,7 +58,7 @@ def test_every_env_kind(tmp_path: Path) -> None:
     env = {
         "SABER_API_KEYS": "k1, k2",
         "SABER_MAX_CONCURRENCY": "none",
-        "SABER_LPQ_TIMEOUT_S": "2.5",
+        "SABER_POLICY": "paper",
         "SABER_ALIASES": "{fast: {task: code_qna, model: real}}",
         "SABER_RULES": "[{endpoint: chat, task: code_summary}]",
         "SABER_TASKS": '{"t1": {"mean_input_tokens": 1, "mean_output_tokens": 2, '
@@ -65,7 +67,8 @@ def test_every_env_kind(tmp_path: Path) -> None:
         "SABER_BACKEND_TRANSPORT": "aiohttp",
         "SABER_LOG_REQUESTS": "false",
         "SABER_PROTECTION": "value",
-        "SABER_LPQ_GUARD": "true",
+        "SABER_LPQ": "guard",
+        "SABER_CALIBRATE": "true",
     }
     with pytest.raises(ConfigError, match=r"aliases\.fast\.task: unknown task type 'code_qna'"):
         load_gateway_config(env=env)
@@ -73,8 +76,11 @@ def test_every_env_kind(tmp_path: Path) -> None:
     env["SABER_RULES"] = "[{endpoint: chat, task: t1}]"
     cfg = load_gateway_config(env=env)
     assert cfg.api_keys == ["k1", "k2"]
-    assert cfg.max_concurrency is None and cfg.lpq_timeout_s == 2.5
-    assert cfg.protection == "value" and cfg.lpq_guard is True
+    assert cfg.max_concurrency is None and cfg.policy == "paper"
+    assert cfg.protection == "value" and cfg.lpq == "guard" and cfg.calibrate is True
+    policy = Policy.from_config(cfg)
+    assert (policy.protection, policy.lpq, policy.calibrate) == ("value", "guard", True)
+    assert policy.order == "random" and policy.learn_lengths is False  # the paper's, unset
     assert list(cfg.tasks) == ["t1"] and cfg.aliases["fast"].model == "real"
     assert cfg.backend.transport == "aiohttp" and cfg.log_requests is False
 

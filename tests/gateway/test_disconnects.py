@@ -108,7 +108,6 @@ def test_no_slot_leaks_across_1000_random_disconnects(
         max_concurrency=6,
         queue_cap=None,
         queued_comment_interval_s=0.02,
-        lpq_timeout_s=None,
     )
     started = time.monotonic()
     kinds = asyncio.run(_random_clients(gw, sim, seed=1234))

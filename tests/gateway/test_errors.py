@@ -135,12 +135,12 @@ def test_queue_full_is_429_with_retry_after(
     assert metric_value(text, "saber_requests_total", outcome="rejected_queue_full") == 1
 
 
-def test_lpq_timeout_is_503_with_retry_after(
+def test_a_request_no_longer_useful_is_503_with_retry_after(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
     # code_qna: 43 tokens in 1 s; f(1) = 600 tok/s, so it is hopeless after ~0.93 s
-    # in the queue, then waits 0.2 s in the LPQ before it is turned away.
-    gw = gateway_factory(sim.url, max_concurrency=1, lpq_timeout_s=0.2)
+    # in the queue; useful for 1.2 s, it is turned away ~0.2 s later.
+    gw = gateway_factory(sim.url, max_concurrency=1, **{"tasks.code_qna.useful_s": 1.2})
     url = gw.url + "/v1/chat/completions"
     long = {"model": sim.model, "messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}
     with (
@@ -151,13 +151,13 @@ def test_lpq_timeout_is_503_with_retry_after(
             url, json={**long, "max_tokens": 43}, headers={"x-saber-task": "code_qna"}, timeout=5
         )
     err = assert_openai_error(resp, 503)
-    assert err["code"] == "rejected_lpq_timeout"
+    assert err["code"] == "rejected_expired"
     assert int(resp.headers["retry-after"]) >= 1
     queue_ms = float(resp.headers["x-saber-queue-ms"])
     assert 1000 <= queue_ms < 2500
     text = httpx.get(gw.url + "/metrics").text
     assert metric_value(text, "saber_demotions_total", task="code_qna") == 1
-    assert metric_value(text, "saber_requests_total", outcome="rejected_lpq_timeout") == 1
+    assert metric_value(text, "saber_requests_total", outcome="rejected_expired") == 1
 
 
 def test_error_body_is_json_even_for_streams_after_queueing(
@@ -165,7 +165,10 @@ def test_error_body_is_json_even_for_streams_after_queueing(
 ) -> None:
     """A stream committed while queued gets its rejection as an SSE error event."""
     gw = gateway_factory(
-        sim.url, max_concurrency=1, lpq_timeout_s=0.1, queued_comment_interval_s=0.1
+        sim.url,
+        max_concurrency=1,
+        queued_comment_interval_s=0.1,
+        **{"tasks.code_qna.useful_s": 1.1},
     )
     url = gw.url + "/v1/chat/completions"
     long = {"model": sim.model, "messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}
@@ -182,7 +185,7 @@ def test_error_body_is_json_even_for_streams_after_queueing(
     assert lines[0] == ": queued"
     assert lines[-1] == "data: [DONE]"
     error = json.loads(lines[-2].removeprefix("data: "))["error"]
-    assert error["code"] == "rejected_lpq_timeout"
+    assert error["code"] == "rejected_expired"
 
 
 def test_backend_4xx_after_a_stream_was_committed(

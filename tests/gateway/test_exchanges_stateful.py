@@ -39,7 +39,10 @@ TASKS = ("code_qna", "code_generation", "code_completion")
 GATEWAY = {
     "max_concurrency": CAP,
     "queue_cap": 3,
-    "lpq_timeout_s": 0.3,
+    # Demoted requests are turned away soon after: the machine is about leaks, not waits.
+    "tasks.code_qna.useful_s": 1.3,
+    "tasks.code_generation.useful_s": 8.3,
+    "tasks.code_completion.useful_s": 1.3,
     "queued_comment_interval_s": 0.05,
     "backend.read_timeout_s": 0.5,  # a stalled backend is given up on quickly
 }

@@ -34,6 +34,12 @@ FAMILIES = {
     "saber_backend_errors": "counter",
     "saber_backend_info": "gauge",
     "saber_backend_scrape_errors": "counter",
+    "saber_speed_observed_over_predicted": "histogram",
+    "saber_speed_refits": "counter",
+    "saber_speed_refit_departure_ratio": "gauge",
+    "saber_speed_calibration": "gauge",
+    "saber_expected_output_tokens": "gauge",
+    "saber_learned_lengths_observations": "counter",
     # saber_backend_requests_running/_waiting appear once the backend's /metrics
     # has been read: test_backend_load.py
 }
@@ -61,9 +67,15 @@ def test_metrics_parse_and_carry_every_family(gateway: RunningGateway, sim: Runn
     )
     assert samples[("saber_admissions_total", (("task", "code_completion"), ("tier", "high")))] == 1
     assert samples[("saber_queue_depth", (("task", "code_qna"), ("tier", "low")))] == 0
+    # The profile's f(1) = 600, scaled by what the two finished requests taught.
+    calibration = samples[("saber_speed_calibration", ())]
+    assert 0 < calibration != 1.0
     assert samples[
         ("saber_predicted_speed_tokens_per_second", (("load", "next"),))
-    ] == pytest.approx(600.0)
+    ] == pytest.approx(600.0 * calibration)
+    assert samples[("saber_speed_observed_over_predicted_count", ())] == 2
+    assert samples[("saber_learned_lengths_observations_total", (("task", "code_generation"),))] == 1
+    assert samples[("saber_speed_refits_total", (("result", "swapped"),))] == 0
     outcomes = {
         dict(labels)["outcome"] for name, labels in samples if name == "saber_requests_total"
     }
@@ -99,11 +111,12 @@ def test_one_json_log_line_per_request(
 def test_protection_setting_reaches_the_scheduler(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
-    gw = gateway_factory(sim.url, protection="value", lpq_guard=True)
+    gw = gateway_factory(sim.url, protection="value", lpq="guard")
     assert gw.gateway.scheduler.policy.protection == "value"
-    assert gw.gateway.scheduler.policy.lpq_guard is True
+    assert gw.gateway.scheduler.policy.lpq == "guard"
+    assert gw.gateway.scheduler.policy.order == "deadline"  # the rest: the default's
     policy = httpx.get(gw.url + "/saber/status").json()["policy"]
-    assert policy["protection"] == "value" and policy["lpq_guard"] is True
+    assert policy["protection"] == "value" and policy["lpq"] == "guard"
     client = OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
     done = client.completions.create(model=sim.model, prompt="x", max_tokens=5)
     assert done.usage is not None and done.usage.completion_tokens == 5

@@ -121,7 +121,11 @@ def test_health_status_and_metrics(
     assert status["load"] == 0
     assert set(status["queues"]) >= {"code_qna", "code_completion"}
     assert status["queues"]["code_qna"] == {"high": 0, "low": 0}
-    assert status["predicted_speed_tokens_per_s"]["max"] == pytest.approx(600.0)
+    assert status["predicted_speed_tokens_per_s"]["max"] == pytest.approx(
+        600.0 * status["calibration"], rel=1e-4
+    )
+    assert status["learning"]["refit"] is True and status["learning"]["swaps"] == 0
+    assert status["tasks"]["code_generation"]["learned_output_tokens"]["observed"] == 1
     assert status["profile"]["kind"] == "usl" and status["profile"]["default"] is False
     assert status["recent_decisions"][-1]["action"] == "admit"
     text = httpx.get(gateway.url + "/metrics").text

@@ -8,6 +8,7 @@ from saber.config._gateway import (
     AliasTarget,
     BackendSettings,
     GatewayConfig,
+    RefitSettings,
     TaskRule,
     load_gateway_config,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "BackendSettings",
     "ConfigError",
     "GatewayConfig",
+    "RefitSettings",
     "TaskRule",
     "TaskType",
     "Workload",

@@ -96,6 +96,27 @@ class BackendSettings(BaseModel):
         return url.rstrip("/").removesuffix("/v1")
 
 
+class RefitSettings(BaseModel):
+    """Refitting f(L) online on what the engine delivers (docs/gateway.md, "Learning")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=True, description="refit f(L) and swap it in when it departs")
+    interval_s: float = Field(default=10.0, gt=0, description="how often a refit is considered")
+    window: int = Field(default=2000, ge=20, description="finished requests refitted on")
+    min_points: int = Field(default=200, ge=10, description="the fewest to refit on")
+    every: int = Field(default=200, ge=1, description="new finished requests between refits")
+    margin: float = Field(
+        default=0.15, gt=0, description="relative departure, over the loads seen, that swaps"
+    )
+
+    @model_validator(mode="after")
+    def _window_holds_min_points(self) -> RefitSettings:
+        if self.window < self.min_points:
+            raise ValueError(f"window ({self.window}) is below min_points ({self.min_points})")
+        return self
+
+
 class AliasTarget(BaseModel):
     """A model name clients may send, standing for a task type (and a real model)."""
 
@@ -140,6 +161,11 @@ class GatewayConfig(BaseModel):
     learn_lengths: bool | None = None
     max_concurrency: int | None = Field(default=256, ge=1)
     queue_cap: int | None = Field(default=256, ge=0, description="per task type, HPQ + LPQ")
+    refit: RefitSettings = Field(default_factory=RefitSettings)
+    state_file: Path | None = Field(
+        default=None,
+        description="learned lengths, calibration and live curve, kept across restarts",
+    )
     api_keys: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
     tasks: dict[str, TaskType] = Field(default_factory=lambda: load_tasks())
     default_task: str = "code_generation"

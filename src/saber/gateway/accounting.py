@@ -37,7 +37,9 @@ def account(
     end = flow.ended
     if outcome.served and end is not None and flow.task is not None:
         latency = end - flow.arrival
-        sla_met = latency <= flow.task.sla_s
+        # A TTFT SLA is met by the first token; a whole answer's first token is its end.
+        judged = ttft if flow.task.sla_kind == "ttft" and ttft is not None else latency
+        sla_met = judged <= flow.task.sla_s
         m.latency.observe(latency)
         (m.sla_within if sla_met else m.sla_outside).inc()
         admitted = flow.req.admitted_at if flow.req is not None else None
@@ -77,6 +79,7 @@ def _fields(
         "tokens": flow.tokens,
         "expected_tokens": req.tokens if req is not None else None,
         "sla_s": flow.task.sla_s if flow.task is not None else None,
+        "sla_kind": flow.task.sla_kind if flow.task is not None else None,
         "sla_met": sla_met,
         "error": error,
     }

@@ -50,10 +50,12 @@ class Admission:
         *,
         loop: asyncio.AbstractEventLoop | None = None,
         on_decision: Callable[[Decision], None] | None = None,
+        on_finish: Callable[[], None] | None = None,
         trace: bool = False,
     ) -> None:
         self.scheduler = scheduler
         self.on_decision = on_decision  # called with every decision, before it is applied
+        self.on_finish = on_finish  # called after a request finished (it taught the scheduler)
         self._loop = loop or asyncio.get_running_loop()
         self._requests: dict[str, SchedRequest] = {}  # offered, not yet gone
         self._waiting: dict[str, asyncio.Future[Decision]] = {}  # queued: ADMIT or REJECT
@@ -95,9 +97,10 @@ class Admission:
     def progress(self, req: SchedRequest, tokens: int) -> None:
         """A relay's count of the tokens ``req`` has generated so far, each time it
         changes (``Flow.progress``): the one door through which a running request's
-        progress reaches admission. ``retry_after_s`` reads it."""
+        progress reaches the scheduler (``Scheduler.progress``)."""
         if req.id in self._requests:
             self._tokens[req.id] = tokens
+            self.scheduler.progress(req.id, tokens, self.now())
 
     def leave(
         self, req: SchedRequest, *, served: bool, tokens: int | None = None
@@ -113,6 +116,8 @@ class Admission:
         sched = self.scheduler
         if served and sched.is_running(req.id):
             call, outcome = "finish", sched.finish(req.id, now, tokens)
+            if self.on_finish is not None:
+                self.on_finish()
         elif sched.is_running(req.id) or sched.is_queued(req.id):
             call, outcome = "cancel", sched.cancel(req.id, now)
         else:

@@ -149,8 +149,8 @@ class Exchange(Response):
             message = f"the queue for task type {task} is full; retry in about {retry} s"
         else:
             message = (
-                f"the request waited past the low-priority queue limit for task type {task}; "
-                f"retry in about {retry} s"
+                f"the request could no longer be answered while still useful for task type "
+                f"{task} (useful_s); retry in about {retry} s"
             )
         err = GatewayError(outcome, message, headers={"retry-after": str(retry)})
         return error_ending(self.flow, err)

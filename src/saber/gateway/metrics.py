@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -19,6 +19,7 @@ from saber.scheduler import Action, Decision, Outcome, Scheduler, Tier
 
 if TYPE_CHECKING:
     from saber.gateway.backend_watch import BackendWatch
+    from saber.gateway.learning import Learning
 
 BACKEND_ERROR_KINDS = (
     "connect",
@@ -53,6 +54,7 @@ _SECONDS = (
     120.0,
 )
 _SPEED = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 1000, 2000, 5000)
+_RATIO = (0.25, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 2.5, 4.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,8 @@ class GatewayMetrics:
         )
         self.sla = Counter(
             "saber_sla_requests",
-            "Served requests that finished within or outside their task's SLA.",
+            "Served requests within or outside their task's SLA: end to end, or on the "
+            "first token for a task with a TTFT SLA (sla_kind: ttft).",
             ["task", "sla"],
             registry=r,
         )
@@ -143,6 +146,28 @@ class GatewayMetrics:
         )
         for kind in BACKEND_ERROR_KINDS:
             self.backend_errors.labels(kind)
+        self.speed_ratio = Histogram(
+            "saber_speed_observed_over_predicted",
+            "Per finished request: the speed it got over the speed f(L) (calibrated) "
+            "predicted at its time-averaged load.",
+            buckets=_RATIO,
+            registry=r,
+        )
+        self.refits = Counter(
+            "saber_speed_refits",
+            "Online refits of f(L): swapped in (the engine had departed from the curve in "
+            "use), kept, or unfit (the points could not support a fit).",
+            ["result"],
+            registry=r,
+        )
+        for result in ("swapped", "kept", "unfit"):
+            self.refits.labels(result)
+        self.departure = Gauge(
+            "saber_speed_refit_departure_ratio",
+            "How far the last refit's curve departed from the one in use (relative, worst "
+            "over the loads seen).",
+            registry=r,
+        )
         self._tasks: dict[str, TaskSeries] = {}
         for task in tasks:
             self.add_task(task)
@@ -179,6 +204,10 @@ class GatewayMetrics:
     def watch(self, scheduler: Callable[[], Scheduler | None], tasks: Iterable[str]) -> None:
         """Export the scheduler's live state (queues, load, predicted speed)."""
         self.registry.register(_SchedulerCollector(scheduler, list(tasks)))
+
+    def watch_learning(self, learning: Learning) -> None:
+        """Export what the closed loop has learned (calibration, lengths, the profile)."""
+        self.registry.register(_LearningCollector(learning))
 
     def watch_backend(self, backend: BackendWatch) -> None:
         """Export what the gateway knows of its backend (engine, its own load)."""
@@ -219,6 +248,64 @@ class _SchedulerCollector(Collector):
             predicted.add_metric(["current"], s.predicted_speed(max(load, 1)))
             predicted.add_metric(["next"], s.predicted_speed(load + 1))
         yield from (depth, in_flight, predicted)
+
+
+class _LearningCollector(Collector):
+    """What the closed loop has learned, read at scrape time: the calibration, observed
+    speed over the loaded profile's, and each task's expected answer length."""
+
+    def __init__(self, learning: Learning) -> None:
+        self._learning = learning
+
+    def describe(self) -> list[Metric]:
+        return list(self._families(with_samples=False))
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families(with_samples=True)
+
+    def _families(self, *, with_samples: bool) -> Iterator[Metric]:
+        calibration = GaugeMetricFamily(
+            "saber_speed_calibration",
+            "Observed over predicted speed of recent finished requests (moving average), "
+            "by which f(L) is scaled when the policy calibrates; 1 after a swap.",
+        )
+        profile = GaugeMetricFamily(
+            "saber_speed_observed_over_profile",
+            "Median, over recent finished requests, of the speed they got over the speed "
+            "the loaded profile predicts: far from 1, the profile no longer describes the "
+            "engine. Absent until 20 requests have finished.",
+        )
+        lengths = GaugeMetricFamily(
+            "saber_expected_output_tokens",
+            "What each task's answers are expected to be, learned from finished requests "
+            "(mean, p50, p90), or configured when lengths are not learned.",
+            labels=["task", "stat"],
+        )
+        seen = CounterMetricFamily(
+            "saber_learned_lengths_observations",
+            "Finished requests each task's expected length has learned from.",
+            labels=["task"],
+        )
+        if with_samples:
+            learning = self._learning
+            sched = learning.gw.scheduler
+            calibration.add_metric([], sched.calibration)
+            ratio = learning.profile_ratio()
+            if ratio is not None:
+                profile.add_metric([], ratio)
+            for task, summary in sched.lengths.summary().items():
+                for stat in ("mean", "p50", "p90"):
+                    lengths.add_metric([task, stat], summary[stat])
+                seen.add_metric([task], summary["observed"])
+            if not sched.lengths.learn:
+                for name, task in learning.gw.tasks.items():
+                    lengths.add_metric([name, "mean"], task.expected_tokens)
+            yield calibration
+            if ratio is not None:
+                yield profile
+            yield from (lengths, seen)
+        else:
+            yield from (calibration, profile, lengths, seen)
 
 
 class _BackendCollector(Collector):

@@ -14,6 +14,7 @@ from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.gateway.admission import Admission
 from saber.gateway.backend_watch import BackendWatch, control_client
 from saber.gateway.dialect import Dialect
+from saber.gateway.learning import Learning
 from saber.gateway.metrics import GatewayMetrics
 from saber.gateway.settings import GatewaySettings
 from saber.gateway.tasks import TaskResolver
@@ -44,6 +45,8 @@ class Gateway:
         self.speed = settings.speed_model()
         self.scheduler = Scheduler(self.speed, self.policy, tasks=self.tasks, seed=self.seed)
         self.metrics.watch(lambda: self.scheduler, self.tasks)
+        self.learning = Learning(self)
+        self.metrics.watch_learning(self.learning)
         self.backend = BackendWatch(cfg.backend)
         self.metrics.watch_backend(self.backend)
         self._trace = trace
@@ -72,12 +75,16 @@ class Gateway:
 
     async def start(self) -> None:
         self._admission = Admission(
-            self.scheduler, on_decision=self.metrics.on_decision, trace=self._trace
+            self.scheduler,
+            on_decision=self.metrics.on_decision,
+            on_finish=self.learning.drain,
+            trace=self._trace,
         )
         self._upstream = Upstream(
             self.config.backend, make_client(self.config.backend, self._transport)
         )
         await self.backend.start(control_client(self.config.backend, self._transport))
+        await self.learning.start()
         s = self.settings
         if s.profile_is_default:
             log.warning(
@@ -101,6 +108,7 @@ class Gateway:
         )
 
     async def stop(self) -> None:
+        await self.learning.stop()
         await self.backend.stop()
         if self._admission is not None:
             self._admission.close()

@@ -26,6 +26,8 @@ def status(gw: Gateway) -> dict[str, Any]:
         "backend": _backend(gw, snap["load"]),
         "load": snap["load"],
         "predicted_speed_tokens_per_s": snap["predicted_speed"],
+        "calibration": snap["calibration"],
+        "learning": gw.learning.summary(),
         "protected_speed_tokens_per_s": snap["protected_speed"],
         "queues": snap["queues"],
         "policy": gw.policy_dict(),
@@ -41,7 +43,13 @@ def status(gw: Gateway) -> dict[str, Any]:
             "created_at": p.created_at.isoformat(),
         },
         "tasks": {
-            name: {"sla_s": t.sla_s, "expected_output_tokens": t.expected_tokens}
+            name: {
+                "sla_s": t.sla_s,
+                "sla_kind": t.sla_kind,
+                "useful_s": t.useful_s,
+                "configured_output_tokens": t.expected_tokens,
+                "learned_output_tokens": snap["lengths"].get(name),
+            }
             for name, t in gw.tasks.items()
         },
         "recent_decisions": snap["recent_decisions"],

@@ -127,6 +127,12 @@ class Scheduler:
         self.calibration = 1.0
         self._rebuild_times()
 
+    def set_calibration(self, value: float) -> None:
+        """Restore a calibration learned before (a restart); kept within its limits."""
+        low, high = CALIBRATION_LIMITS
+        self.calibration = min(max(float(value), low), high)
+        self._rebuild_times()
+
     @property
     def speed_model(self) -> SpeedFn:
         return self._speed

@@ -1,0 +1,212 @@
+"""What the gateway learns from what it serves, around the pure scheduler.
+
+The scheduler learns lengths and its calibration by itself, from each ``finish``.
+This module does the rest, which needs a clock, a thread or a file:
+
+- every finished request's observation (time-averaged load, speed, and what was
+  predicted for it) goes into a window (``saber.speed.LiveFit``) and into the
+  metrics, as observed over predicted speed, and as observed over the loaded
+  profile, which says whether the profile still describes the engine;
+- every ``refit.interval_s`` a background task refits f(L) on the window with the
+  offline fitter, off the event loop, and swaps the live curve in when it departs
+  from the one in use by more than ``refit.margin``; every refit is counted and
+  every swap logged;
+- ``state_file``: the learned lengths, the calibration and the live curve are read
+  at start and written at shutdown, so a restart does not forget them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import statistics
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.speed import MODELS, LiveFit, SpeedModel
+
+if TYPE_CHECKING:
+    from saber.gateway.state import Gateway
+
+log = logging.getLogger(GATEWAY_LOGGER)
+
+STATE_VERSION = 1
+PROFILE_RATIO_POINTS = 200
+"""The recent finished requests over which observed speed is compared with the profile."""
+
+
+class Learning:
+    """The gateway's closed loop outside the scheduler: observations, refits, state."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        settings = gw.config.refit
+        self.enabled = settings.enabled
+        self.fit = LiveFit(
+            window=settings.window,
+            min_points=settings.min_points,
+            every=settings.every,
+            margin=settings.margin,
+        )
+        self.profile: SpeedModel = gw.speed
+        self._profile_ratios: deque[float] = deque(maxlen=PROFILE_RATIO_POINTS)
+        self._task: asyncio.Task[None] | None = None
+        self.swapped_at: float | None = None
+
+    # -- observations ------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Take the scheduler's new observations: metrics, the refit window. O(1) each."""
+        sched, metrics = self.gw.scheduler, self.gw.metrics
+        while sched.observations:
+            seen = sched.observations.popleft()
+            if seen.predicted > 0:
+                metrics.speed_ratio.observe(seen.speed / seen.predicted)
+            self._profile_ratios.append(seen.speed / self.profile(seen.load))
+            self.fit.observe(seen.load, seen.speed)
+
+    def profile_ratio(self) -> float | None:
+        """Median of observed over the loaded profile's speed, recent requests; None
+        until there are enough of them."""
+        if len(self._profile_ratios) < 20:
+            return None
+        return statistics.median(self._profile_ratios)
+
+    # -- the refit loop ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._load_state()
+        if self.enabled:
+            self._task = asyncio.create_task(self._loop(), name="saber-refit")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self.drain()
+        self._save_state()
+
+    async def _loop(self) -> None:
+        interval = self.gw.config.refit.interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.refit()
+            except Exception:  # a refit must never stop the gateway
+                log.exception("refitting the speed model failed")
+
+    async def refit(self) -> bool:
+        """One refit if one is due; True if the live curve was swapped in."""
+        self.drain()
+        current = self.gw.scheduler.speed_model
+        if not self.fit.due() or not isinstance(current, SpeedModel):
+            return False
+        loads, speeds = self.fit.snapshot()
+        result = await asyncio.to_thread(self.fit.judge, current, current.kind, loads, speeds)
+        metrics = self.gw.metrics
+        if result is None:
+            metrics.refits.labels("unfit").inc()
+            return False
+        metrics.departure.set(result.departure)
+        if not result.swap:
+            metrics.refits.labels("kept").inc()
+            return False
+        metrics.refits.labels("swapped").inc()
+        self.gw.scheduler.set_speed_model(result.model)
+        self.swapped_at = self.gw.admission.now()
+        log.warning(
+            "speed model swapped: the engine departs from the curve in use",
+            extra={
+                "departure": round(result.departure, 3),
+                "loads": [round(x, 2) for x in result.loads],
+                "points": result.points,
+                "kind": result.model.kind,
+                "old_params": current.params,
+                "new_params": result.model.params,
+                "f1_old": round(current(1.0), 2),
+                "f1_new": round(result.model(1.0), 2),
+            },
+        )
+        return True
+
+    def summary(self) -> dict[str, Any]:
+        last = self.fit.last
+        model = self.gw.scheduler.speed_model
+        return {
+            "refit": self.enabled,
+            "points": len(self.fit),
+            "refits": self.fit.refits,
+            "swaps": self.fit.swaps,
+            "last_departure": None if last is None else round(last.departure, 4),
+            "live_model": model.to_dict() if isinstance(model, SpeedModel) else None,
+            "observed_over_profile": _round(self.profile_ratio()),
+        }
+
+    # -- state across restarts -----------------------------------------------------------
+
+    def _fingerprint(self) -> dict[str, Any]:
+        return self.profile.to_dict()
+
+    def _save_state(self) -> None:
+        path = self.gw.config.state_file
+        if path is None:
+            return
+        sched = self.gw.scheduler
+        model = sched.speed_model
+        state = {
+            "version": STATE_VERSION,
+            "profile": self._fingerprint(),
+            "lengths": sched.lengths.state(),
+            "calibration": sched.calibration,
+            "live_model": model.to_dict() if model is not self.profile else None,
+        }
+        tmp = Path(f"{path}.tmp")
+        try:
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.error("cannot write the state file", extra={"path": str(path), "error": str(exc)})
+            return
+        log.info("state saved", extra={"path": str(path)})
+
+    def _load_state(self) -> None:
+        path = self.gw.config.state_file
+        if path is None or not Path(path).exists():
+            return
+        sched = self.gw.scheduler
+        try:
+            state = json.loads(Path(path).read_text())
+            if state.get("version") != STATE_VERSION:
+                raise ValueError(f"version {state.get('version')!r}, expected {STATE_VERSION}")
+            tasks = sched.lengths.restore(state.get("lengths") or {})
+            same_profile = state.get("profile") == self._fingerprint()
+            live = state.get("live_model")
+            if same_profile and live:
+                sched.set_speed_model(MODELS[live["kind"]].from_params(**live["params"]))
+            if same_profile and sched.policy.calibrate:
+                sched.set_calibration(state["calibration"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.error(
+                "ignoring an unusable state file", extra={"path": str(path), "error": str(exc)}
+            )
+            return
+        log.info(
+            "state restored",
+            extra={
+                "path": str(path),
+                "lengths": tasks,
+                "live_model": bool(live) and same_profile,
+                "profile_changed": not same_profile,
+            },
+        )
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, 4)
