@@ -74,7 +74,8 @@ def test_metrics_parse_and_carry_every_family(gateway: RunningGateway, sim: Runn
         ("saber_predicted_speed_tokens_per_second", (("load", "next"),))
     ] == pytest.approx(600.0 * calibration)
     assert samples[("saber_speed_observed_over_predicted_count", ())] == 2
-    assert samples[("saber_learned_lengths_observations_total", (("task", "code_generation"),))] == 1
+    learned = ("saber_learned_lengths_observations_total", (("task", "code_generation"),))
+    assert samples[learned] == 1
     assert samples[("saber_speed_refits_total", (("result", "swapped"),))] == 0
     outcomes = {
         dict(labels)["outcome"] for name, labels in samples if name == "saber_requests_total"
