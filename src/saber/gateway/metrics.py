@@ -7,7 +7,7 @@ the scheduler's state are read at scrape time, so they can never drift.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from saber.config import TaskType
 from saber.scheduler import Action, Decision, Outcome, Scheduler, Tier
 
 if TYPE_CHECKING:
@@ -76,7 +77,11 @@ class TaskSeries:
 class GatewayMetrics:
     """Every metric the gateway exports; ``registry`` is what /metrics serves."""
 
-    def __init__(self, tasks: Iterable[str]) -> None:
+    def __init__(self, tasks: Iterable[str] | Mapping[str, TaskType]) -> None:
+        # Each task's SLA kind (e2e when not known): a label of saber_sla_requests_total.
+        self._kinds: dict[str, str] = (
+            {name: t.sla_kind for name, t in tasks.items()} if isinstance(tasks, Mapping) else {}
+        )
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -108,9 +113,9 @@ class GatewayMetrics:
         )
         self.sla = Counter(
             "saber_sla_requests",
-            "Served requests within or outside their task's SLA: end to end, or on the "
-            "first token for a task with a TTFT SLA (sla_kind: ttft).",
-            ["task", "sla"],
+            "Served requests within or outside their task's SLA: end to end (sla_kind e2e), "
+            "or on the first token for a task with a TTFT SLA (sla_kind ttft).",
+            ["task", "sla", "sla_kind"],
             registry=r,
         )
         self.admissions = Counter(
@@ -179,8 +184,8 @@ class GatewayMetrics:
             series = self._tasks[task] = TaskSeries(
                 outcomes={o: self.requests.labels(task, o.value) for o in Outcome},
                 admissions={t: self.admissions.labels(task, t.value) for t in Tier},
-                sla_within=self.sla.labels(task, "within"),
-                sla_outside=self.sla.labels(task, "outside"),
+                sla_within=self.sla.labels(task, "within", self._kinds.get(task, "e2e")),
+                sla_outside=self.sla.labels(task, "outside", self._kinds.get(task, "e2e")),
                 queue_wait=self.queue_wait.labels(task),
                 ttft=self.ttft.labels(task),
                 latency=self.latency.labels(task),
