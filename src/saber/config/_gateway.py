@@ -137,6 +137,11 @@ class TaskRule(BaseModel):
     task: Name
     endpoint: Endpoint = "any"
     max_tokens_at_most: int | None = Field(default=None, ge=0)
+    fim: bool | None = Field(
+        default=None,
+        description="true: only fill-in-the-middle requests (a suffix, or a code model's "
+        "FIM markers in the prompt); false: only others; absent: either",
+    )
 
 
 class GatewayConfig(BaseModel):

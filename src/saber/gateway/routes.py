@@ -79,7 +79,11 @@ async def _accept(flow: Flow, request: Request) -> None:
     dialect = gw.dialect
     payload = payloads.parse(endpoint, raw, dialect)
     res = gw.resolver.resolve(
-        endpoint, header=header, model=payload.model, max_tokens=payload.max_tokens
+        endpoint,
+        header=header,
+        model=payload.model,
+        max_tokens=payload.max_tokens,
+        body=payload.body,
     )
     flow.task, flow.via = res.task, res.via
     model = res.model
