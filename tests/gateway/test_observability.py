@@ -36,6 +36,7 @@ FAMILIES = {
     "saber_backend_scrape_errors": "counter",
     "saber_speed_observed_over_predicted": "histogram",
     "saber_speed_refits": "counter",
+    "saber_retry_after_observed_over_predicted": "histogram",
     "saber_speed_refit_departure_ratio": "gauge",
     "saber_speed_calibration": "gauge",
     "saber_expected_output_tokens": "gauge",

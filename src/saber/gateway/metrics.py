@@ -158,6 +158,15 @@ class GatewayMetrics:
             buckets=_RATIO,
             registry=r,
         )
+        self.retry_after = Histogram(
+            "saber_retry_after_observed_over_predicted",
+            "Per request turned away with a Retry-After: the time until a running request "
+            "really freed its slot, over the time predicted. The prediction is the time by "
+            "which a slot has freed with a chance of 0.8: about 80% of observations fall "
+            "at or below 1.",
+            buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0),
+            registry=r,
+        )
         self.refits = Counter(
             "saber_speed_refits",
             "Online refits of f(L): swapped in (the engine had departed from the curve in "
@@ -205,6 +214,11 @@ class GatewayMetrics:
             self.task(d.request.task).admissions[d.tier].inc()
         elif d.action is Action.DEMOTE:
             self.task(d.request.task).demotions.inc()
+
+    def on_slot_free(self, predicted_s: float, observed_s: float) -> None:
+        """A Retry-After given ``observed_s`` ago, predicted as ``predicted_s``: a slot
+        has just freed."""
+        self.retry_after.observe(observed_s / max(predicted_s, 1e-3))
 
     def watch(self, scheduler: Callable[[], Scheduler | None], tasks: Iterable[str]) -> None:
         """Export the scheduler's live state (queues, load, predicted speed)."""

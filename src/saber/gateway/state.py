@@ -82,6 +82,7 @@ class Gateway:
             self.scheduler,
             on_decision=self.metrics.on_decision,
             on_finish=self.learning.drain,
+            on_slot_free=self.metrics.on_slot_free,
             trace=self._trace,
         )
         self._upstream = Upstream(
