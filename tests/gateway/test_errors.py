@@ -186,8 +186,12 @@ def test_error_body_is_json_even_for_streams_after_queueing(
             lines = [line for line in r.iter_lines() if line]
     assert lines[0] == ": queued"
     assert lines[-1] == "data: [DONE]"
-    error = json.loads(lines[-2].removeprefix("data: "))["error"]
-    assert error["code"] == "rejected_expired"
+    # vLLM's own mid-stream error shape: the status as code, an exception-like type.
+    event = json.loads(lines[-2].removeprefix("data: "))
+    assert set(event) == {"error"}
+    error = event["error"]
+    assert (error["code"], error["type"], error["param"]) == (503, "ServiceUnavailableError", None)
+    assert "retry in about" in error["message"]
 
 
 def test_backend_4xx_after_a_stream_was_committed(

@@ -51,7 +51,7 @@ class Exchange(Response):
         self.flow = flow
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        out = Downstream(send)
+        out = Downstream(send, completions=self.flow.endpoint == "completions")
         main = asyncio.ensure_future(self._serve(out))
         watch = asyncio.ensure_future(_disconnected(receive))
 
