@@ -20,6 +20,7 @@ from saber.scheduler import Action, Decision, Outcome, Scheduler, Tier
 
 if TYPE_CHECKING:
     from saber.gateway.backend_watch import BackendWatch
+    from saber.gateway.gate import PassthroughGate
     from saber.gateway.learning import Learning
 
 BACKEND_ERROR_KINDS = (
@@ -182,6 +183,20 @@ class GatewayMetrics:
             "over the loads seen).",
             registry=r,
         )
+        self.passthrough = Counter(
+            "saber_passthrough_requests",
+            "Requests relayed on the backend's other routes (embeddings, tokenize, pooling, "
+            "scoring, version), by route and the status answered (429: too many waited).",
+            ["route", "status"],
+            registry=r,
+        )
+        self.passthrough_duration = Histogram(
+            "saber_passthrough_duration_seconds",
+            "Time to answer a request of the backend's other routes, waiting included.",
+            ["route"],
+            buckets=_SECONDS,
+            registry=r,
+        )
         self._tasks: dict[str, TaskSeries] = {}
         for task in tasks:
             self.add_task(task)
@@ -219,6 +234,27 @@ class GatewayMetrics:
         """A Retry-After given ``observed_s`` ago, predicted as ``predicted_s``: a slot
         has just freed."""
         self.retry_after.observe(observed_s / max(predicted_s, 1e-3))
+
+    def on_passthrough(self, route: str, status: int, seconds: float) -> None:
+        """A request of a pass-through route was answered with ``status``."""
+        self.passthrough.labels(route, str(status)).inc()
+        self.passthrough_duration.labels(route).observe(seconds)
+
+    def watch_passthrough(self, gate: PassthroughGate) -> None:
+        """Export the pass-through routes' in-flight and waiting counts."""
+        in_flight = Gauge(
+            "saber_passthrough_in_flight",
+            "Requests of the backend's other routes at the backend now.",
+            registry=self.registry,
+        )
+        in_flight.set_function(lambda: gate.in_flight)
+        waiting = Gauge(
+            "saber_passthrough_waiting",
+            "Requests of the backend's other routes waiting for a place "
+            "(passthrough.max_concurrency).",
+            registry=self.registry,
+        )
+        waiting.set_function(lambda: gate.waiting)
 
     def watch(self, scheduler: Callable[[], Scheduler | None], tasks: Iterable[str]) -> None:
         """Export the scheduler's live state (queues, load, predicted speed)."""

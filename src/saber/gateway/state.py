@@ -14,6 +14,7 @@ from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.gateway.admission import Admission
 from saber.gateway.backend_watch import BackendWatch, control_client
 from saber.gateway.dialect import Dialect
+from saber.gateway.gate import PassthroughGate
 from saber.gateway.learning import Learning
 from saber.gateway.metrics import GatewayMetrics
 from saber.gateway.settings import GatewaySettings
@@ -52,6 +53,10 @@ class Gateway:
         self.learning = Learning(self)
         self.metrics.watch_learning(self.learning)
         self.backend = BackendWatch(cfg.backend)
+        self.passthrough = PassthroughGate(
+            cfg.passthrough.max_concurrency, cfg.passthrough.queue_cap
+        )
+        self.metrics.watch_passthrough(self.passthrough)
         self.metrics.watch_backend(self.backend)
         self._trace = trace
         self._transport = transport
