@@ -13,8 +13,9 @@ For the prediction of the gateway (live progress, learned lengths) and, as a
 baseline, that of the previous gateway (each running request's expected tokens at
 admission, less what it made, at f(L)), it prints over all rejections: the observed
 over predicted time (p10, median, p90), and the share of clients that, retrying
-when told (the whole seconds of Retry-After, or the milliseconds of retry-after-ms),
-find that a slot has freed in the meantime.
+when told (the whole seconds of Retry-After, or the milliseconds of retry-after-ms,
+which the OpenAI SDKs and the AI SDK read first; the previous gateway sent only the
+former), find that a slot has freed in the meantime, and how long past it they waited.
 """
 
 from __future__ import annotations
@@ -98,10 +99,14 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
-def report(name: str, predicted: list[float], observed: list[float]) -> str:
+def report(name: str, predicted: list[float], observed: list[float], previous: bool) -> str:
     ratios = [o / max(p, 1e-3) for p, o in zip(predicted, observed, strict=True)]
-    whole = [retry_after(p)[0] for p in predicted]
-    precise = [retry_after(p)[1] / 1000 for p in predicted]
+    if previous:  # whole seconds within 1..120, and no retry-after-ms: clients use those
+        whole = [float(min(max(math.ceil(p), 1), 120)) for p in predicted]
+        precise = whole
+    else:
+        whole = [float(retry_after(p)[0]) for p in predicted]
+        precise = [retry_after(p)[1] / 1000 for p in predicted]
     found_whole = statistics.fmean(o <= w for o, w in zip(observed, whole, strict=True))
     found_ms = statistics.fmean(o <= w for o, w in zip(observed, precise, strict=True))
     waited = statistics.median(max(w - o, 0.0) for o, w in zip(observed, precise, strict=True))
@@ -154,7 +159,7 @@ def main() -> None:
             if name == "previous"
             else f"gateway, {name} (live progress, learned lengths)"
         )
-        print(report(label, [p.predicted[name] for p in probes], observed))
+        print(report(label, [p.predicted[name] for p in probes], observed, name == "previous"))
     assert all(math.isfinite(v) for p in probes for v in p.predicted.values())
 
 

@@ -15,7 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saber.config import TaskType
-from saber.gateway.admission import RETRY_AFTER_MAX_S, RETRY_AFTER_MIN_MS, Admission, retry_after
+from saber.gateway.admission import (
+    RETRY_AFTER_MARGIN_S,
+    RETRY_AFTER_MAX_S,
+    RETRY_AFTER_MIN_MS,
+    Admission,
+    retry_after,
+)
 from saber.scheduler import (
     Action,
     Decision,
@@ -191,8 +197,9 @@ async def test_one_timer_demotes_then_expires_without_polling() -> None:
 
 def test_retry_after_bounds() -> None:
     assert retry_after(None) == (1, RETRY_AFTER_MIN_MS)  # nothing runs: come back now
-    assert retry_after(0.0123) == (1, RETRY_AFTER_MIN_MS)
-    assert retry_after(2.3456) == (3, 2346)
+    assert RETRY_AFTER_MARGIN_S == 0.25  # time for the last token to arrive, and admission
+    assert retry_after(0.0123) == (1, 263)
+    assert retry_after(2.3456) == (3, 2596)
     # Below 60 s, or the AI SDK ignores it (and openai-python refuses above 120 s).
     assert retry_after(500.0) == (RETRY_AFTER_MAX_S, RETRY_AFTER_MAX_S * 1000)
     assert RETRY_AFTER_MAX_S < 60
@@ -209,9 +216,9 @@ async def test_retry_after_comes_from_live_progress_and_is_checked() -> None:
     loop.advance(1.0)
     adm.progress(s, 21)  # 20 tok/s of its own: 379 left, about 19 s
     # The non-stream has made about 50 by the token clock: 250 left, 5 s at 50 tok/s.
-    assert adm.retry_after() == (5, pytest.approx(5000, rel=0.02))
+    assert adm.retry_after() == (6, pytest.approx(5250, rel=0.02))
     loop.advance(0.05)  # reused within RETRY_AFTER_REUSE_S, less the time gone by
-    assert adm.retry_after()[1] == pytest.approx(4950, rel=0.02)
+    assert adm.retry_after()[1] == pytest.approx(5200, rel=0.02)
     loop.advance(4.0)
     adm.leave(n, served=True)  # a slot frees 4.05 s after the first Retry-After
     assert [(round(p, 2), round(o, 2)) for p, o in seen] == [(5.0, 4.05), (4.95, 4.0)]

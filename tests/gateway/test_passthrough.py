@@ -62,8 +62,10 @@ def test_every_route_answers_as_the_backend_does(
     text = httpx.get(gw.url + "/metrics").text
     for path in BODIES:
         assert metric_value(text, "saber_passthrough_requests_total", route=path, status="200") == 1
-    assert metric_value(text, "saber_passthrough_requests_total", route="/v1/embeddings",
-                        status="404") == 1  # fmt: skip
+    assert (
+        metric_value(text, "saber_passthrough_requests_total", route="/v1/embeddings", status="404")
+        == 1
+    )
     assert metric_value(text, "saber_passthrough_in_flight") == 0
 
 
@@ -108,10 +110,13 @@ def test_at_most_max_concurrency_at_the_backend(
         assert codes == [200] * 6
         assert s.most_in_flight == 2
         text = httpx.get(gw.url + "/metrics").text
-    assert metric_value(text, "saber_passthrough_requests_total", route="/v1/embeddings",
-                        status="200") == 6  # fmt: skip
-    assert metric_value(text, "saber_passthrough_duration_seconds_count",
-                        route="/v1/embeddings") == 6  # fmt: skip
+    assert (
+        metric_value(text, "saber_passthrough_requests_total", route="/v1/embeddings", status="200")
+        == 6
+    )
+    assert (
+        metric_value(text, "saber_passthrough_duration_seconds_count", route="/v1/embeddings") == 6
+    )
     assert metric_value(text, "saber_passthrough_waiting") == 0
 
 
@@ -176,5 +181,7 @@ def test_a_backend_away_is_a_503(gateway_factory: GatewayFactory) -> None:
     r = httpx.post(gw.url + "/v1/embeddings", json=BODIES["/v1/embeddings"])
     assert r.status_code == 503 and r.json()["error"]["code"] == "backend_unavailable"
     text = httpx.get(gw.url + "/metrics").text
-    assert metric_value(text, "saber_passthrough_requests_total", route="/v1/embeddings",
-                        status="503") == 1  # fmt: skip
+    assert (
+        metric_value(text, "saber_passthrough_requests_total", route="/v1/embeddings", status="503")
+        == 1
+    )

@@ -71,8 +71,14 @@ class Stub:
             ]
             tokens = sum(len(str(t).split()) for t in texts)
             usage = {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0}
-            return {"id": "embd-1", "object": "list", "created": 1, "model": MODEL, "data": data,
-                    "usage": usage}  # fmt: skip
+            return {
+                "id": "embd-1",
+                "object": "list",
+                "created": 1,
+                "model": MODEL,
+                "data": data,
+                "usage": usage,
+            }
 
         @app.post("/tokenize")
         async def tokenize(request: Request) -> Any:
@@ -80,8 +86,12 @@ class Stub:
             if (bad := unknown(body.get("model"))) is not None:
                 return bad
             tokens = [len(w) for w in str(body.get("prompt", "")).split()]
-            return {"count": len(tokens), "max_model_len": MAX_MODEL_LEN, "tokens": tokens,
-                    "token_strs": None}  # fmt: skip
+            return {
+                "count": len(tokens),
+                "max_model_len": MAX_MODEL_LEN,
+                "tokens": tokens,
+                "token_strs": None,
+            }
 
         @app.post("/detokenize")
         async def detokenize(request: Request) -> Any:
@@ -92,8 +102,12 @@ class Stub:
         @app.post("/classify")
         async def pooling(request: Request) -> Any:
             await held(request)
-            return {"id": "pool-1", "object": "list", "model": MODEL,
-                    "data": [{"index": 0, "data": [0.25, 0.75]}]}  # fmt: skip
+            return {
+                "id": "pool-1",
+                "object": "list",
+                "model": MODEL,
+                "data": [{"index": 0, "data": [0.25, 0.75]}],
+            }
 
         @app.post("/score")
         @app.post("/v1/score")
