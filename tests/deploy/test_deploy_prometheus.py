@@ -64,10 +64,6 @@ def _series(name: str, values: str, **labels: str) -> dict[str, str]:
     return {"series": f"{name}{{{body}}}", "values": values}
 
 
-def _alternating(a: float, b: float, n: int) -> str:
-    return " ".join(str(a if i % 2 == 0 else b) for i in range(n))
-
-
 ALERT_TESTS: list[dict[str, Any]] = [
     {  # goodput: code_qna 50% and code_summary 50% (rejections count) fire; others do not
         "interval": "1m",
@@ -215,50 +211,27 @@ ALERT_TESTS: list[dict[str, Any]] = [
             },
         ],
     },
-    {  # stale profile: observed 100 tok/s vs f(L) 30 fires; 80 does not; idle time ignored
+    {  # stale profile: 1.5x faster (gw) and 0.6x (gw2) fire; 1.1x (gw3) and a short dip do not
         "interval": "1m",
         "input_series": [
-            # gw: observed mean 100 tok/s, f(L) 30 while busy: 3.3x off.
-            _series("saber_request_speed_tokens_per_second_sum", "0+6000x60", task="t", **GW),
-            _series("saber_request_speed_tokens_per_second_count", "0+60x60", task="t", **GW),
-            _series("saber_predicted_speed_tokens_per_second", "30x60", load="current", **GW),
-            _series("saber_requests_in_flight", "4x60", **GW),
-            # gw2: observed 100, f(L) 80: within a factor of two.
-            *(
-                _series(name, values, task="t", job="saber-gateway", instance="gw2")
-                for name, values in (
-                    ("saber_request_speed_tokens_per_second_sum", "0+6000x60"),
-                    ("saber_request_speed_tokens_per_second_count", "0+60x60"),
-                )
-            ),
-            _series(
-                "saber_predicted_speed_tokens_per_second", "80x60", load="current",
-                job="saber-gateway", instance="gw2",
-            ),
-            _series("saber_requests_in_flight", "4x60", job="saber-gateway", instance="gw2"),
-            # gw3: f(L) is 100 while busy and 1000 (= f(1)) while idle: only busy time counts.
-            *(
-                _series(name, values, task="t", job="saber-gateway", instance="gw3")
-                for name, values in (
-                    ("saber_request_speed_tokens_per_second_sum", "0+6000x60"),
-                    ("saber_request_speed_tokens_per_second_count", "0+60x60"),
-                )
-            ),
-            _series(
-                "saber_predicted_speed_tokens_per_second", _alternating(100, 1000, 61),
-                load="current", job="saber-gateway", instance="gw3",
-            ),
-            _series(
-                "saber_requests_in_flight", _alternating(3, 0, 61),
-                job="saber-gateway", instance="gw3",
-            ),
+            _series("saber_speed_observed_over_profile", "1.5x40", **GW),
+            _series("saber_speed_observed_over_profile", "0.6x40", job="saber-gateway",
+                    instance="gw2"),
+            _series("saber_speed_observed_over_profile", "1.1x40", job="saber-gateway",
+                    instance="gw3"),
+            _series("saber_speed_observed_over_profile", "1 1 1 0.5 0.5 0.5 0.5 0.5 1x30",
+                    job="saber-gateway", instance="gw4"),
         ],
         "alert_rule_test": [
             {"eval_time": "10m", "alertname": "SaberSpeedProfileStale", "exp_alerts": []},
             {
-                "eval_time": "50m",
+                "eval_time": "30m",
                 "alertname": "SaberSpeedProfileStale",
-                "exp_alerts": [{"exp_labels": {"severity": "warning", **GW}}],
+                "exp_alerts": [
+                    {"exp_labels": {"severity": "warning", **GW}},
+                    {"exp_labels": {"severity": "warning", "job": "saber-gateway",
+                                    "instance": "gw2"}},
+                ],
             },
         ],
     },

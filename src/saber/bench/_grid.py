@@ -28,8 +28,9 @@ DEFAULT_VARIANT = "usl+closed-loop"
 """What the gateway ships: the closed-loop policy on a USL profile."""
 # Each option, as the Policy fields it sets; a preset's name sets all of them.
 OPTIONS: dict[str, dict[str, Any]] = {
+    "lpq_paper": {"lpq": "paper"},
     "lpq_guard": {"lpq": "guard"},
-    "idle_lpq": {"lpq": "idle"},
+    "lpq_idle": {"lpq": "idle"},
     "progress": {"protection": "progress"},
     "value": {"protection": "value"},
     "unprotected": {"protection": "none"},

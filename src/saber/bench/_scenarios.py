@@ -47,6 +47,8 @@ class Scenario:
     drift: tuple[tuple[float, str], ...] = ()  # (time s, preset) from then on
     mix: tuple[tuple[str, float], ...] = ()  # a task mix of its own, instead of workload's
     focus: str | None = None  # a task whose own goodput is reported too
+    # (task, factor): its answers are really this many times the configured mean length.
+    lengths: tuple[tuple[str, float], ...] = ()
 
     @property
     def duration(self) -> float:
@@ -55,6 +57,16 @@ class Scenario:
     @property
     def drifts(self) -> bool:
         return self.serve != self.profile or bool(self.drift)
+
+    def true_tasks(self, tasks: Mapping[str, TaskType]) -> Mapping[str, TaskType]:
+        """The task types the trace is drawn from: the configured ones, with the
+        scenario's true answer lengths."""
+        out = dict(tasks)
+        for name, factor in self.lengths:
+            t = tasks[name]
+            mean = max(1, min(round(t.mean_output_tokens * factor), t.max_tokens))
+            out[name] = t.model_copy(update={"mean_output_tokens": mean})
+        return out
 
     def workload_of(self, workloads: Mapping[str, Workload]) -> Workload:
         if self.mix:
@@ -121,6 +133,20 @@ SCENARIOS: dict[str, Scenario] = {
             focus="code_completion",
         ),
         Scenario(
+            "lengths-longer",
+            "W3 at 4 RPS for 6 min; every answer twice as long as the configured mean "
+            "(a wordier model than the one the config was written for)",
+            "W3",
+            ((360.0, 4.0),),
+            ("all",),
+            lengths=(
+                ("code_generation", 2.0),
+                ("code_translation", 2.0),
+                ("code_qna", 2.0),
+                ("code_summary", 2.0),
+            ),
+        ),
+        Scenario(
             "drift-midrun",
             "W3 at 4 RPS for 10 min; after 4 min the engine becomes 1.5x slower",
             "W3",
@@ -155,6 +181,9 @@ def contenders(scenario: Scenario, batch_sizes: Sequence[int]) -> list[Contender
         open_loop = Policy.named("closed-loop", calibrate=False, learn_lengths=False)
         out.append(Contender("default, no learning", policy=open_loop))
         out.append(Contender("default, true profile", policy=closed, refit=True, true_profile=True))
+    if scenario.lengths:
+        unlearned = Policy.named("closed-loop", learn_lengths=False)
+        out.append(Contender("default, lengths not learned", policy=unlearned, refit=True))
     if scenario.focus is not None:
         out.append(
             Contender(f"default, {scenario.focus} end to end", policy=closed, refit=True,
@@ -232,7 +261,7 @@ def run_scenario(
     for seed in seeds:
         trace = generate_phased_trace(
             scenario.workload_of(workloads),
-            tasks,
+            scenario.true_tasks(tasks),
             phases=scenario.phases,
             seed=seed,
             mode="realistic",
@@ -305,6 +334,10 @@ def summary(scenario: Scenario, outcomes: Sequence[Outcome]) -> dict[str, Any]:
             d - v for d, v in zip(default.phases, vllm.phases, strict=True)
         ),
     }
+    if scenario.lengths:
+        out["default_minus_unlearned"] = (
+            default.goodput - by["default, lengths not learned"].goodput
+        )
     if scenario.focus is not None:
         e2e = by[f"default, {scenario.focus} end to end"]
         assert default.focus is not None and e2e.focus is not None
@@ -342,6 +375,11 @@ def markdown(scenario: Scenario, outcomes: Sequence[Outcome]) -> str:
         f"{s['default_minus_vllm_default']:+.1f}; worst phase against vLLM's default: "
         f"{s['worst_phase_minus_vllm_default']:+.1f}."
     )
+    if "default_minus_unlearned" in s:
+        lines.append(
+            f"Learned lengths against the configured ones: {s['default_minus_unlearned']:+.1f} "
+            "points."
+        )
     if "focus_minus_e2e" in s:
         lines.append(
             f"{scenario.focus} on time (first token within its TTFT SLA): "

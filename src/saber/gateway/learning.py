@@ -72,9 +72,9 @@ class Learning:
             self.fit.observe(seen.load, seen.speed)
 
     def profile_ratio(self) -> float | None:
-        """Median of observed over the loaded profile's speed, recent requests; None
-        until there are enough of them."""
-        if len(self._profile_ratios) < 20:
+        """Median of observed over the loaded profile's speed, over the latest finished
+        requests (up to PROFILE_RATIO_POINTS); None before the first."""
+        if not self._profile_ratios:
             return None
         return statistics.median(self._profile_ratios)
 

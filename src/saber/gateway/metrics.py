@@ -328,7 +328,7 @@ class _LearningCollector(Collector):
             "saber_speed_observed_over_profile",
             "Median, over recent finished requests, of the speed they got over the speed "
             "the loaded profile predicts: far from 1, the profile no longer describes the "
-            "engine. Absent until 20 requests have finished.",
+            "engine. Absent until a request has finished.",
         )
         lengths = GaugeMetricFamily(
             "saber_expected_output_tokens",

@@ -96,6 +96,7 @@ async def _accept(flow: Flow, request: Request) -> None:
     try:
         flow.req = request_for(
             res.task,
+            lengths=gw.scheduler.lengths,
             id=flow.id,
             arrival=flow.arrival,
             max_tokens=payload.max_tokens,

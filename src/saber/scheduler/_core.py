@@ -22,14 +22,7 @@ from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._outcome import Outcome
 from saber.scheduler._policy import Policy
 from saber.scheduler._queues import TaskQueues
-from saber.scheduler._request import (
-    MAX_TOKENS,
-    Action,
-    Decision,
-    SchedRequest,
-    Tier,
-    request_for,
-)
+from saber.scheduler._request import MAX_TOKENS, Action, Decision, SchedRequest, Tier
 
 SpeedFn = Callable[[float], float]
 TTFTFn = Callable[[float, float], float]
@@ -72,7 +65,8 @@ class Scheduler:
 
     Closed loop (beyond the paper, each a ``Policy`` knob): ``progress`` reports a
     running request's generated tokens; ``finish`` reports its length, which
-    teaches the task's expected length (``learn_lengths``) and, against the
+    teaches the task's expected length (``learn_lengths``: ``lengths``, which
+    ``request_for`` reads for each new request) and, against the
     speed the model predicted for it, the calibration of f(L) (``calibrate``).
     Finished requests also yield ``observations`` for refitting f(L) itself
     (``set_speed_model``), which the driver does off the hot path.
@@ -244,28 +238,6 @@ class Scheduler:
         yield from self._lpq
 
     # -- events ----------------------------------------------------------
-
-    def request(
-        self,
-        task: TaskType,
-        *,
-        id: str,
-        arrival: float,
-        max_tokens: int | None = None,
-        min_tokens: int = 0,
-        tokens: int | None = None,
-    ) -> SchedRequest:
-        """A new request of ``task`` as this scheduler sees it (``request_for`` with
-        the lengths it has learned). The gateway and the simulator both use it."""
-        return request_for(
-            task,
-            id=id,
-            arrival=arrival,
-            max_tokens=max_tokens,
-            min_tokens=min_tokens,
-            tokens=tokens,
-            lengths=self.lengths,
-        )
 
     def offer(self, req: SchedRequest, now: float) -> list[Decision]:
         """A request arrives. Returns what happened to it and to any other."""

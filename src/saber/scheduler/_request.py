@@ -81,8 +81,8 @@ def request_for(
     tokens: int | None = None,
     lengths: TaskLengths | None = None,
 ) -> SchedRequest:
-    """The one way a request becomes scheduler input (``Scheduler.request`` passes its
-    own learned ``lengths``; the gateway and the simulator both call that).
+    """The one way a request becomes scheduler input, in the gateway and the simulator
+    alike; they pass the scheduler's ``lengths``, which it learns.
 
     The deadline is ``arrival`` plus the task's SLA (for its last token, or for its
     first with a TTFT SLA). ``tokens`` is what the request

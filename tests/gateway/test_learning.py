@@ -1,0 +1,124 @@
+"""The gateway learns from what it serves: lengths, calibration, a refitted f(L) swapped
+in and logged, metrics and /saber/status, and a state file across restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import httpx
+import pytest
+from gateway_support import GatewayFactory
+from openai import AsyncOpenAI
+from prometheus_client.parser import text_string_to_metric_families
+
+from saber.gateway.access_log import GATEWAY_LOGGER, REQUEST_LOGGER
+from saber.sim.http import RunningSim
+from saber.testing import wait_until
+
+# Refits as soon as 40 requests have finished on three loads, every 0.2 s.
+QUICK_REFIT = {
+    "refit.interval_s": 0.2,
+    "refit.min_points": 40,
+    "refit.every": 40,
+    "refit.window": 400,
+}
+
+
+def samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(url + "/metrics").text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
+async def _load(base: str, model: str, n: int, concurrency: int, tokens: int) -> None:
+    client = AsyncOpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with sem:
+            stream = await client.completions.create(
+                model=model,
+                prompt="x",
+                max_tokens=tokens,
+                stream=True,
+                extra_body={"ignore_eos": True},
+                extra_headers={"x-saber-task": "code_generation"},
+            )
+            async for _ in stream:
+                pass
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+    await client.close()
+
+
+def test_a_profile_that_misdescribes_the_engine_is_refitted_swapped_and_logged(
+    gateway_factory: GatewayFactory, sim: RunningSim, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The test profile says f(1) = 600 tok/s; saber-sim at time scale 20 is far from it.
+    gw = gateway_factory(sim.url, **QUICK_REFIT)
+    caplog.set_level(logging.WARNING, logger=GATEWAY_LOGGER)
+    for concurrency in (1, 4, 8):
+        asyncio.run(_load(gw.url, sim.model, 20, concurrency, 30))
+    assert wait_until(lambda: gw.gateway.learning.fit.swaps >= 1, timeout=10)
+    swapped = [r for r in caplog.records if r.getMessage().startswith("speed model swapped")]
+    assert swapped and swapped[0].departure > 0.15  # type: ignore[attr-defined]
+    status = httpx.get(gw.url + "/saber/status").json()
+    assert status["learning"]["swaps"] >= 1
+    assert status["learning"]["live_model"]["params"] != status["profile"]["params"]
+    m = samples(gw.url)
+    assert m[("saber_speed_refits_total", (("result", "swapped"),))] >= 1
+    ratio = m[("saber_speed_observed_over_profile", ())]
+    assert not 0.8 <= ratio <= 1.25  # what SaberSpeedProfileStale watches
+    assert m[("saber_speed_observed_over_predicted_count", ())] == 60
+
+
+def test_learned_lengths_show_in_status_and_metrics_and_set_new_requests_tokens(
+    gateway_factory: GatewayFactory, sim: RunningSim, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = gateway_factory(sim.url, log_requests=True)
+    caplog.set_level(logging.INFO, logger=REQUEST_LOGGER)
+    asyncio.run(_load(gw.url, sim.model, 30, 6, 200))
+    status = httpx.get(gw.url + "/saber/status").json()
+    learned = status["tasks"]["code_generation"]["learned_output_tokens"]
+    assert learned["observed"] == 30
+    # Configured 387; every answer was 200: the estimate has moved towards it.
+    assert 200 <= learned["mean"] < 387
+    m = samples(gw.url)
+    mean = m[("saber_expected_output_tokens", (("stat", "mean"), ("task", "code_generation")))]
+    assert mean == pytest.approx(learned["mean"], abs=0.1)
+    # What each request was expected to generate (its log line), E[min(L, 200)]: from the
+    # configured prior (mean 387) at first, then learned from answers that all ran to 200.
+    records = [r for r in caplog.records if r.name == REQUEST_LOGGER]
+    expected = [r.expected_tokens for r in records]  # type: ignore[attr-defined]
+    assert len(expected) == 30 and expected[0] < expected[-1] <= 200
+
+
+def test_the_state_file_keeps_what_was_learned_across_a_restart(
+    gateway_factory: GatewayFactory, sim: RunningSim, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.json"
+    first = gateway_factory(sim.url, state_file=str(state), **QUICK_REFIT)
+    for concurrency in (1, 4, 8):
+        asyncio.run(_load(first.url, sim.model, 20, concurrency, 30))
+    assert wait_until(lambda: first.gateway.learning.fit.swaps >= 1, timeout=10)
+    learned = first.gateway.scheduler.lengths.summary()["code_generation"]
+    live = first.gateway.scheduler.speed_model
+    first.stop()
+    saved = json.loads(state.read_text())
+    assert saved["lengths"]["code_generation"]["count"] == 60 and saved["live_model"]
+
+    second = gateway_factory(sim.url, state_file=str(state))
+    sched = second.gateway.scheduler
+    assert sched.lengths.summary()["code_generation"] == learned
+    assert sched.speed_model.to_dict() == live.to_dict()  # type: ignore[attr-defined]
+    second.stop()
+
+    state.write_text("{not json")
+    third = gateway_factory(sim.url, state_file=str(state))  # starts, ignoring it
+    assert third.gateway.scheduler.lengths.summary()["code_generation"]["observed"] == 0
