@@ -25,10 +25,10 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from saber.config import DEFAULT_PROFILE_DIR, TaskType, load_gateway_config, load_workloads
+from saber.config import DEFAULT_PROFILE_DIR, load_gateway_config, load_workloads
 from saber.engine import Engine, get_preset
 from saber.gateway.admission import RETRY_AFTER_QUANTILE, retry_after
-from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler
+from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler, TaskLengths
 from saber.sim import simulate
 from saber.speed import load_profile
 from saber.workload import generate_phased_trace
@@ -52,8 +52,9 @@ class Probing:
     probes: list[Probe] = field(default_factory=list)
     open: list[Probe] = field(default_factory=list)
 
-    def request(self, task: TaskType, **kwargs: object) -> SchedRequest:
-        return self.sched.request(task, **kwargs)  # type: ignore[arg-type]
+    @property
+    def lengths(self) -> TaskLengths:
+        return self.sched.lengths
 
     def offer(self, req: SchedRequest, now: float) -> list[Decision]:
         return self._look(self.sched.offer(req, now), now)

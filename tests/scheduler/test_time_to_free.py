@@ -11,7 +11,15 @@ import pytest
 
 from saber.config import TaskType, load_gateway_config, load_workloads
 from saber.engine import Engine, get_preset
-from saber.scheduler import Action, Decision, LengthEstimate, Policy, SchedRequest, Scheduler
+from saber.scheduler import (
+    Action,
+    Decision,
+    LengthEstimate,
+    Policy,
+    SchedRequest,
+    Scheduler,
+    request_for,
+)
 from saber.sim import simulate
 from saber.speed import MODELS
 from saber.workload import generate_phased_trace
@@ -74,7 +82,7 @@ def bimodal(short: int = 20, long: int = 300, share_long: float = 0.2) -> Schedu
 
 def test_a_request_past_the_short_answers_is_expected_to_be_a_long_one() -> None:
     s = bimodal()
-    expected = s.request(task(mean=80), id="x", arrival=0.0).tokens
+    expected = request_for(task(mean=80), id="x", arrival=0.0, lengths=s.lengths).tokens
     assert 60 < expected < 90  # the mean: 0.8 * 20 + 0.2 * 300
     s.offer(SchedRequest("a", "t", 0.0, 100.0, expected, cap=4096), 0.0)
     stream(s, "a", 0.0, 50.0, 2.0)  # 101 made: past every short answer, well past the mean
@@ -113,11 +121,9 @@ class Probing:
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
+        self.lengths = sched.lengths
         self.probes: list[list[float]] = []  # [when, median, q=0.8, observed]
         self.open: list[list[float]] = []
-
-    def request(self, task: TaskType, **kw: object) -> SchedRequest:
-        return self.sched.request(task, **kw)  # type: ignore[arg-type]
 
     def offer(self, req: SchedRequest, now: float) -> list[Decision]:
         return self._look(self.sched.offer(req, now), now)
