@@ -89,6 +89,10 @@ async def relay_other(gw: Gateway, request: Request, path: str) -> Response:
         except GatewayError as err:
             status = err.status
             return err.response()
+        except BackendFailure as failure:  # the real model behind an alias is unknown
+            err = GatewayError(failure.outcome, failure.message)
+            status = err.status
+            return err.response()
         try:
             response = await _send(gw, request, path, body)
         except BackendFailure as failure:
