@@ -18,6 +18,7 @@ from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.gateway.errors import GatewayError, internal, invalid
 from saber.gateway.exchange import Exchange
 from saber.gateway.flow import Flow
+from saber.gateway.models import model_cards
 from saber.gateway.payload import PATHS, Call
 from saber.gateway.state import Gateway
 from saber.gateway.status import status
@@ -79,7 +80,11 @@ async def _accept(flow: Flow, request: Request) -> None:
     dialect = gw.dialect
     payload = payloads.parse(endpoint, raw, dialect)
     res = gw.resolver.resolve(
-        endpoint, header=header, model=payload.model, max_tokens=payload.max_tokens
+        endpoint,
+        header=header,
+        model=payload.model,
+        max_tokens=payload.max_tokens,
+        body=payload.body,
     )
     flow.task, flow.via = res.task, res.via
     model = res.model
@@ -141,21 +146,7 @@ async def models(request: Request) -> Response:
         return err.response()
     except BackendFailure as failure:
         return GatewayError(failure.outcome, failure.message).response()
-    ids = [m["id"] for m in backend]
-    owned = {m["id"]: m for m in backend}
-    aliases: list[dict[str, Any]] = [
-        {
-            "id": alias,
-            "object": "model",
-            "created": owned.get(real, {}).get("created", 0),
-            "owned_by": "saber-gateway",
-            "root": real,
-            "parent": real,
-        }
-        for alias, real in gw.resolver.alias_names(ids)
-        if alias not in owned
-    ]
-    return JSONResponse({"object": "list", "data": backend + aliases})
+    return JSONResponse({"object": "list", "data": model_cards(backend, gw.resolver)})
 
 
 @router.get("/health")

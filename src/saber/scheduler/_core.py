@@ -15,12 +15,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from saber.config import TaskType
 from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._outcome import Outcome
 from saber.scheduler._policy import Policy
 from saber.scheduler._queues import TaskQueues
-from saber.scheduler._request import Action, Decision, SchedRequest, Tier
+from saber.scheduler._request import MAX_TOKENS, Action, Decision, SchedRequest, Tier
 
 SpeedFn = Callable[[float], float]
 TTFTFn = Callable[[float, float], float]
@@ -32,6 +34,11 @@ last 20 requests count. Measured: 0.05-0.15 give the same goodput; 0.2 overreact
 to a few short requests under overload (docs/bench.md)."""
 CALIBRATION_LIMITS = (0.1, 10.0)
 REBUILD_AT = 0.02
+_FREE_GRID = np.concatenate(([0.0], np.geomspace(0.005, 3600.0, 160)))
+"""The times (s) at which ``time_to_free`` weighs the chance that a slot has freed."""
+PACE_MIN_TOKENS = 8
+PACE_MIN_S = 0.2
+"""A streaming request's own pace is trusted from this many tokens and seconds on."""
 """Demotion times are recomputed when f(1) has moved this much since they were."""
 OBSERVATIONS = 4096
 
@@ -267,6 +274,8 @@ class Scheduler:
         req = self._running.get(req_id)
         if req is not None and (req.generated is None or tokens > req.generated):
             req.generated = tokens
+            if tokens > 0 and req.first_token_at is None:
+                req.first_token_at = now
 
     def finish(self, req_id: str, now: float, tokens: int | None = None) -> Outcome | None:
         """A running request completed, having generated ``tokens`` (None: not
@@ -362,10 +371,76 @@ class Scheduler:
         the relay reports one, else from the token clock."""
         if req.generated is not None:
             return self.lengths.remaining(req.task, req.generated, req.cap, req.tokens)
+        return req.tokens - self._made(req, now)
+
+    def _made(self, req: SchedRequest, now: float) -> float:
+        """Tokens a running request that reports nothing has made by ``now``, by the
+        token clock (calibrated)."""
         made = self._clock - self._at_admit[req.id][0]
         if self._clock_at is not None and now > self._clock_at:
             made += self._f(len(self._running)) * (now - self._clock_at)
-        return req.tokens - self.calibration * made
+        return self.calibration * made
+
+    def time_to_free(self, now: float, q: float = 0.5) -> float | None:
+        """Seconds from ``now`` by which a running request has finished and freed its
+        slot, with probability ``q``; None when nothing runs.
+
+        Each running request still has tokens to make: how many is uncertain, given
+        what it has made so far (learned lengths: the distribution whose mean is
+        ``lengths.remaining``; a request that has run past the mean is likely a long
+        one), and it makes them at its own pace since its first token when it
+        streams, else at f(L), with what it has made read off the token clock. The
+        first slot frees when the soonest of them ends: the ``q``-quantile of that
+        minimum. Without learned lengths, each request's expected remainder is
+        taken as certain.
+        """
+        if not self._running:
+            return None
+        speed = self.predicted_speed(self.load)
+        by_task: dict[str, list[tuple[float, float, float, float]]] = {}
+        for req in self._running.values():
+            if req.generated is not None:
+                made = float(req.generated)
+                pace = self._pace(req, now) or speed
+            else:
+                made = float(max(int(self._made(req, now)), 0))
+                pace = speed
+            cap = float(req.cap) if req.cap else float(MAX_TOKENS)
+            left = self.lengths.remaining(req.task, int(made), req.cap, req.tokens)
+            by_task.setdefault(req.task, []).append((made, cap, pace, left))
+        certain = np.inf  # the soonest certain end: a remainder taken as certain, or a cap
+        alive = np.ones_like(_FREE_GRID)  # P(no uncertain one has ended by each grid time)
+        for task, rows in by_task.items():
+            arr = np.array(rows, dtype=float)
+            made_a, cap_a, pace_a, left_a = (arr[:, i : i + 1] for i in range(4))
+            est = self.lengths.estimate(task)
+            if est is None:
+                certain = min(certain, float(np.min(np.maximum(left_a, 0.0) / pace_a)))
+            else:
+                alive *= np.prod(est.survival(made_a, cap_a, _FREE_GRID * pace_a), axis=0)
+                # It has ended by its cap at the latest.
+                certain = min(certain, float(np.min((cap_a - made_a) / pace_a)))
+        crossed = np.flatnonzero(alive <= 1.0 - q)
+        if not crossed.size:
+            return min(certain, float(_FREE_GRID[-1]))
+        k = int(crossed[0])
+        if k == 0:
+            return min(certain, float(_FREE_GRID[0]))
+        # Linear between the two grid times around the crossing.
+        t0, t1, a0, a1 = _FREE_GRID[k - 1], _FREE_GRID[k], alive[k - 1], alive[k]
+        frac = (a0 - (1.0 - q)) / (a0 - a1) if a0 > a1 else 1.0
+        return min(certain, float(t0 + frac * (t1 - t0)))
+
+    @staticmethod
+    def _pace(req: SchedRequest, now: float) -> float | None:
+        """Tokens per second a streaming request has made since its first token; None
+        until it has run long enough to tell (PACE_MIN_TOKENS, PACE_MIN_S)."""
+        if req.first_token_at is None or req.generated is None:
+            return None
+        elapsed = now - req.first_token_at
+        if req.generated < PACE_MIN_TOKENS or elapsed < PACE_MIN_S:
+            return None
+        return (req.generated - 1) / elapsed
 
     def _still_needs(self, req: SchedRequest, now: float) -> float:
         """The speed a running HPQ request still needs, from its progress.

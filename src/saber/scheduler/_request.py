@@ -46,6 +46,7 @@ class SchedRequest:
     required_speed: float | None = None
     # Tokens generated so far, as the relay last reported (None: never reported).
     generated: int | None = None
+    first_token_at: float | None = None  # when a report first counted a token
     outcome: Outcome | None = field(default=None)
 
     def required_speed_at(self, now: float) -> float:
