@@ -34,12 +34,12 @@ last 20 requests count. Measured: 0.05-0.15 give the same goodput; 0.2 overreact
 to a few short requests under overload (docs/bench.md)."""
 CALIBRATION_LIMITS = (0.1, 10.0)
 REBUILD_AT = 0.02
+"""Demotion times are recomputed when f(1) has moved this much since they were."""
 _FREE_GRID = np.concatenate(([0.0], np.geomspace(0.005, 3600.0, 160)))
 """The times (s) at which ``time_to_free`` weighs the chance that a slot has freed."""
 PACE_MIN_TOKENS = 8
 PACE_MIN_S = 0.2
 """A streaming request's own pace is trusted from this many tokens and seconds on."""
-"""Demotion times are recomputed when f(1) has moved this much since they were."""
 OBSERVATIONS = 4096
 
 
