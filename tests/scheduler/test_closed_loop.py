@@ -231,3 +231,22 @@ def test_a_ttft_request_with_useful_s_must_still_finish_in_time():
     for i in range(15):
         s.finish(f"run{i}", 0.01)
     assert "c" in admitted(s.poll(0.01))
+
+
+def test_a_faster_engine_found_by_calibration_defers_a_demotion_already_scheduled():
+    # f(1) = 100, f(4) = 14.3 (sigma 2). "wait" needs 80 tok/s: hopeless from 0.2 s at
+    # f(1) = 100. Then a request finishes having made ten times what f(4) predicted:
+    # the calibration goes to ~1.9, f(1) to ~188, and the demotion to ~0.57 s.
+    s = Scheduler(usl(sigma=2.0), Policy(calibrate=True, max_concurrency=4))
+    for i in range(4):
+        s.offer(req(f"run{i}", 1, 100.0), 0.0)
+    s.offer(req("wait", 80, 1.0), 0.0)
+    assert s.next_wakeup() == pytest.approx(0.2)
+    s.finish("run0", 0.1, 14)
+    assert s.calibration == pytest.approx(1.88, abs=0.02)
+    assert not s.is_running("wait")  # f(4) x 1.88 = 27 tok/s is still too slow for it
+    assert s.poll(0.3) == [] and s.queued(tier=Tier.HIGH) == 1  # not demoted at 0.2
+    due = 1.0 - 80 / s.max_speed
+    assert s.next_wakeup() == pytest.approx(due)
+    d = s.poll(due + 1e-6)[0]  # then the paper's LPQ serves it at once: a slot is free
+    assert d.action is Action.DEMOTE and d.request.id == "wait"

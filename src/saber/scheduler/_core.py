@@ -33,8 +33,10 @@ CALIBRATION_ALPHA = 0.1
 last 20 requests count. Measured: 0.05-0.15 give the same goodput; 0.2 overreacts
 to a few short requests under overload (docs/bench.md)."""
 CALIBRATION_LIMITS = (0.1, 10.0)
-REBUILD_AT = 0.02
-"""Demotion times are recomputed when f(1) has moved this much since they were."""
+REBUILD_AT = 0.1
+"""Demotion and expiry times are recomputed when the calibrated f(1) has fallen this
+much since they were (they come due later than they should). A rise needs nothing:
+each time is checked again, at the calibration of the moment, when it comes due."""
 _FREE_GRID = np.concatenate(([0.0], np.geomspace(0.005, 3600.0, 160)))
 """The times (s) at which ``time_to_free`` weighs the chance that a slot has freed."""
 PACE_MIN_TOKENS = 8
@@ -340,7 +342,7 @@ class Scheduler:
             sample = tokens / raw
             cal = self.calibration + CALIBRATION_ALPHA * (sample - self.calibration)
             self.calibration = min(max(cal, low), high)
-            if abs(self.max_speed / self._times_f1 - 1.0) > REBUILD_AT:
+            if self.max_speed < (1.0 - REBUILD_AT) * self._times_f1:
                 self._rebuild_times()
 
     # -- the token and load clocks --------------------------------------
@@ -621,9 +623,14 @@ class Scheduler:
         heap = self._demote_at
         while heap and heap[0][0] <= now:
             _, req_id = heapq.heappop(heap)
-            req = self._hpq.remove(req_id)
+            req = self._hpq.get(req_id)
             if req is None:
                 continue  # already admitted or cancelled
+            due = self._demotion_time(req)
+            if due > now:  # the calibration rose since: not yet
+                heapq.heappush(heap, (due, req_id))
+                continue
+            self._hpq.remove(req_id)
             req.tier = Tier.LOW
             req.demoted_at = now
             self._lpq.push(req)
@@ -635,9 +642,15 @@ class Scheduler:
         heap = self._expire_at
         while heap and heap[0][0] <= now:
             _, req_id = heapq.heappop(heap)
-            req = self._hpq.remove(req_id) or self._lpq.remove(req_id)
-            if req is not None:
-                out.append(self._leave_queued(req, now, Outcome.REJECTED_EXPIRED))
+            req = self._hpq.get(req_id) or self._lpq.get(req_id)
+            if req is None:
+                continue
+            due = self._expiry_time(req)
+            if due is not None and due > now:  # the calibration rose since: not yet
+                heapq.heappush(heap, (due, req_id))
+                continue
+            self._hpq.remove(req_id) or self._lpq.remove(req_id)
+            out.append(self._leave_queued(req, now, Outcome.REJECTED_EXPIRED))
         return out
 
     def _leave_queued(self, req: SchedRequest, now: float, outcome: Outcome) -> Decision:
