@@ -15,7 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saber.config import TaskType
-from saber.gateway.admission import Admission
+from saber.gateway.admission import (
+    RETRY_AFTER_MARGIN_S,
+    RETRY_AFTER_MAX_S,
+    RETRY_AFTER_MIN_MS,
+    Admission,
+    retry_after,
+)
 from saber.scheduler import (
     Action,
     Decision,
@@ -189,18 +195,35 @@ async def test_one_timer_demotes_then_expires_without_polling() -> None:
     assert sched.load == 0 and sched.queued() == 0
 
 
-async def test_retry_after_formula() -> None:
+def test_retry_after_bounds() -> None:
+    assert retry_after(None) == (1, RETRY_AFTER_MIN_MS)  # nothing runs: come back now
+    assert RETRY_AFTER_MARGIN_S == 0.25  # time for the last token to arrive, and admission
+    assert retry_after(0.0123) == (1, 263)
+    assert retry_after(2.3456) == (3, 2596)
+    # Below 60 s, or the AI SDK ignores it (and openai-python refuses above 120 s).
+    assert retry_after(500.0) == (RETRY_AFTER_MAX_S, RETRY_AFTER_MAX_S * 1000)
+    assert RETRY_AFTER_MAX_S < 60
+
+
+async def test_retry_after_comes_from_live_progress_and_is_checked() -> None:
+    seen: list[tuple[float, float]] = []
     adm, loop, _ = make(speed=50.0)
-    assert adm.retry_after_s() == 1  # nothing runs
-    s, _ = offer(adm, task(tokens=400), 400)  # 400 tokens at f(L)
-    n, _ = offer(adm, task(tokens=300), 300)  # reports nothing: estimated
-    adm.progress(s, 100)  # 300 left -> 6 s at 50 tok/s
-    loop.advance(1.0)  # the non-stream has done ~50 -> 250 left -> 5 s
-    assert adm.retry_after_s() == 5
-    adm.progress(s, 390)  # 10 left -> 0.2 s -> rounded up to 1
-    assert adm.retry_after_s() == 1
+    adm.on_slot_free = lambda predicted, observed: seen.append((predicted, observed))
+    assert adm.retry_after() == (1, RETRY_AFTER_MIN_MS)  # nothing runs
+    s, _ = offer(adm, task(tokens=400), 400)  # a stream of 400 tokens
+    n, _ = offer(adm, task(tokens=300), 300)  # reports nothing: paced by f(L)
+    adm.progress(s, 1)
+    loop.advance(1.0)
+    adm.progress(s, 21)  # 20 tok/s of its own: 379 left, about 19 s
+    # The non-stream has made about 50 by the token clock: 250 left, 5 s at 50 tok/s.
+    assert adm.retry_after() == (6, pytest.approx(5250, rel=0.02))
+    loop.advance(0.05)  # reused within RETRY_AFTER_REUSE_S, less the time gone by
+    assert adm.retry_after()[1] == pytest.approx(5200, rel=0.02)
+    loop.advance(4.0)
+    adm.leave(n, served=True)  # a slot frees 4.05 s after the first Retry-After
+    assert [(round(p, 2), round(o, 2)) for p, o in seen] == [(5.0, 4.05), (4.95, 4.0)]
     adm.leave(s, served=True)
-    adm.leave(n, served=True)
+    assert len(seen) == 2  # each probe is answered by the first slot to free, once
 
 
 async def test_real_loop_timer_fires() -> None:

@@ -112,7 +112,9 @@ def test_stall_mid_stream_ends_with_an_error_event(
         lines = [line for line in r.iter_lines() if line]
     assert len([line for line in lines if '"content"' in line]) >= 1
     assert lines[-1] == "data: [DONE]"
-    assert json.loads(lines[-2].removeprefix("data: "))["error"]["code"] == "backend_timeout"
+    error = json.loads(lines[-2].removeprefix("data: "))["error"]
+    assert (error["code"], error["type"]) == (504, "GatewayTimeoutError")
+    assert error["message"] == "the backend stopped sending"
     assert counted(gw, "backend_timeout") == 1
     assert wait_until(lambda: sim_running(faulty) == 0)
     assert gw.gateway.scheduler.load == 0
@@ -140,7 +142,12 @@ def test_connection_reset_mid_stream(gateway_factory: GatewayFactory) -> None:
     with httpx.stream("POST", gw.url + "/v1/completions", json=body, timeout=5) as r:
         lines = [line for line in r.iter_lines() if line]
     assert len(lines) == 4 and lines[-1] == "data: [DONE]"
-    assert json.loads(lines[2].removeprefix("data: "))["error"]["code"] == "backend_error"
+    event = json.loads(lines[2].removeprefix("data: "))
+    assert (event["error"]["code"], event["error"]["type"]) == (502, "BadGatewayError")
+    # /v1/completions: a finished choice too, for Tabby's client (wire.stream_error).
+    assert event["choices"] == [
+        {"index": 0, "text": "", "logprobs": None, "finish_reason": "error"}
+    ]
     text = httpx.get(gw.url + "/metrics").text
     assert metric_value(text, "saber_backend_errors_total", kind="stream_broken") == 1
     assert metric_value(text, "saber_generated_tokens_total") == 2

@@ -69,10 +69,11 @@ class Stream(threading.Thread):
         self.ended = time.monotonic()
         self.first.set()
 
-    def error_code(self) -> str | None:
+    def error_event(self) -> dict[str, Any] | None:
+        """The stream's error event (vLLM's mid-stream shape: the status as code)."""
         for line in self.lines:
             if line.startswith("data: {") and '"error"' in line:
-                return str(json.loads(line.removeprefix("data: "))["error"]["code"])
+                return dict(json.loads(line.removeprefix("data: "))["error"])
         return None
 
 
@@ -157,10 +158,12 @@ def test_sigterm_with_40_streams_in_flight(
             assert s.error is None, s.error  # nothing cut
             assert s.lines[-1] == "data: [DONE]"
         for s in short:
-            assert s.error_code() is None
+            assert s.error_event() is None
             assert s.ended is not None and s.ended - sigterm < DRAIN_S
         for s in long:
-            assert s.error_code() == "drain_timeout"
+            event = s.error_event()
+            assert event is not None and event["code"] == 503
+            assert "drain_timeout_s" in event["message"]
             assert s.ended is not None and s.ended - sigterm >= DRAIN_S
         assert code == 0, gateway.log_tail()
         assert DRAIN_S <= exited < DRAIN_S + 8
@@ -174,7 +177,9 @@ def test_sigterm_with_40_streams_in_flight(
         assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
         assert refused.json()["error"]["code"] == "rejected_draining"
         assert queued.error is None and queued.lines[-1] == "data: [DONE]"
-        assert queued.error_code() == "rejected_draining"
+        event = queued.error_event()
+        assert event is not None and event["code"] == 503
+        assert "shutting down" in event["message"]
     finally:
         gateway.stop(grace_s=5)
     records = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]

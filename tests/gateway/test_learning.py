@@ -14,7 +14,7 @@ from gateway_support import GatewayFactory
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.access_log import GATEWAY_LOGGER, REQUEST_LOGGER
 from saber.sim.http import RunningSim
 from saber.testing import wait_until
 
@@ -78,10 +78,11 @@ def test_a_profile_that_misdescribes_the_engine_is_refitted_swapped_and_logged(
     assert m[("saber_speed_observed_over_predicted_count", ())] == 60
 
 
-def test_learned_lengths_show_in_status_and_metrics(
-    gateway_factory: GatewayFactory, sim: RunningSim
+def test_learned_lengths_show_in_status_and_metrics_and_set_new_requests_tokens(
+    gateway_factory: GatewayFactory, sim: RunningSim, caplog: pytest.LogCaptureFixture
 ) -> None:
-    gw = gateway_factory(sim.url)
+    gw = gateway_factory(sim.url, log_requests=True)
+    caplog.set_level(logging.INFO, logger=REQUEST_LOGGER)
     asyncio.run(_load(gw.url, sim.model, 30, 6, 200))
     status = httpx.get(gw.url + "/saber/status").json()
     learned = status["tasks"]["code_generation"]["learned_output_tokens"]
@@ -91,6 +92,11 @@ def test_learned_lengths_show_in_status_and_metrics(
     m = samples(gw.url)
     mean = m[("saber_expected_output_tokens", (("stat", "mean"), ("task", "code_generation")))]
     assert mean == pytest.approx(learned["mean"], abs=0.1)
+    # What each request was expected to generate (its log line), E[min(L, 200)]: from the
+    # configured prior (mean 387) at first, then learned from answers that all ran to 200.
+    records = [r for r in caplog.records if r.name == REQUEST_LOGGER]
+    expected = [r.expected_tokens for r in records]  # type: ignore[attr-defined]
+    assert len(expected) == 30 and expected[0] < expected[-1] <= 200
 
 
 def test_the_state_file_keeps_what_was_learned_across_a_restart(

@@ -36,6 +36,11 @@ FAMILIES = {
     "saber_backend_scrape_errors": "counter",
     "saber_speed_observed_over_predicted": "histogram",
     "saber_speed_refits": "counter",
+    "saber_retry_after_observed_over_predicted": "histogram",
+    "saber_passthrough_requests": "counter",
+    "saber_passthrough_duration_seconds": "histogram",
+    "saber_passthrough_in_flight": "gauge",
+    "saber_passthrough_waiting": "gauge",
     "saber_speed_refit_departure_ratio": "gauge",
     "saber_speed_calibration": "gauge",
     "saber_expected_output_tokens": "gauge",
@@ -62,9 +67,20 @@ def test_metrics_parse_and_carry_every_family(gateway: RunningGateway, sim: Runn
         for s in f.samples
     }
     assert samples[("saber_time_to_first_token_seconds_count", (("task", "code_completion"),))] == 1
-    assert (
-        samples[("saber_sla_requests_total", (("sla", "within"), ("task", "code_generation")))] == 1
-    )
+    generation = (("sla", "within"), ("sla_kind", "e2e"), ("task", "code_generation"))
+    assert samples[("saber_sla_requests_total", generation)] == 1
+    # code_completion has a TTFT SLA: judged on its first token, and labelled so, which
+    # makes TTFT goodput a query of its own: saber_sla_requests_total{sla_kind="ttft"}.
+    completion = {
+        labels: value
+        for (name, labels), value in samples.items()
+        if name == "saber_sla_requests_total" and ("task", "code_completion") in labels
+    }
+    assert set(completion) == {
+        (("sla", verdict), ("sla_kind", "ttft"), ("task", "code_completion"))
+        for verdict in ("within", "outside")
+    }
+    assert sum(completion.values()) == 1
     assert samples[("saber_admissions_total", (("task", "code_completion"), ("tier", "high")))] == 1
     assert samples[("saber_queue_depth", (("task", "code_qna"), ("tier", "low")))] == 0
     # The profile's f(1) = 600, scaled by what the two finished requests taught.

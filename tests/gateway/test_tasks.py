@@ -64,3 +64,91 @@ def test_alias_listing(resolver: TaskResolver) -> None:
     assert names["autocomplete"] == "m1"
     assert names["m1:code_qna"] == "m1"
     assert resolver.alias_names([]) == []
+
+
+# -- fill-in-the-middle ----------------------------------------------------------
+
+PREFIX, SUFFIX = "def add(a, b):\n    ", "\n\nprint(add(1, 2))\n"
+FIM_PROMPTS = {
+    # Each family's template as the assistants fill it.
+    "qwen": f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>",
+    "qwen-repo": f"<|repo_name|>app\n<|file_sep|>a.py\nx = 1\n<|file_sep|>b.py\n"
+    f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>",
+    "starcoder": f"<fim_prefix>{PREFIX}<fim_suffix>{SUFFIX}<fim_middle>",
+    "santacoder": f"<fim-prefix>{PREFIX}<fim-suffix>{SUFFIX}<fim-middle>",
+    "deepseek": f"<\uff5cfim\u2581begin\uff5c>{PREFIX}<\uff5cfim\u2581hole\uff5c>{SUFFIX}"
+    "<\uff5cfim\u2581end\uff5c>",
+    "codellama": f"<PRE> {PREFIX} <SUF>{SUFFIX} <MID>",
+    "codestral": f"[SUFFIX]{SUFFIX}[PREFIX]{PREFIX}",
+    "seed-coder": f"<[fim-prefix]>{PREFIX}<[fim-suffix]>{SUFFIX}<[fim-middle]>",
+    "codegeex4": f"<|user|>\n###PATH:a.py\n<|code_suffix|>{SUFFIX}<|code_prefix|>{PREFIX}"
+    "<|code_middle|><|assistant|>\n",
+}
+
+
+@pytest.mark.parametrize("family", sorted(FIM_PROMPTS))
+def test_a_fim_prompt_is_code_completion_whatever_its_max_tokens(
+    resolver: TaskResolver, family: str
+) -> None:
+    body = {"model": "qwen-coder", "prompt": FIM_PROMPTS[family], "max_tokens": 4096}
+    res = resolver.resolve(
+        "completions", header=None, model="qwen-coder", max_tokens=4096, body=body
+    )
+    assert (res.task.name, res.via, res.model) == ("code_completion", "rule", None)
+    # The same text in a list prompt, or with no max_tokens at all.
+    body = {"prompt": ["x", FIM_PROMPTS[family]]}
+    res = resolver.resolve("completions", header=None, model=None, max_tokens=None, body=body)
+    assert res.task.name == "code_completion"
+
+
+@pytest.mark.parametrize("suffix", ["\n}\n", ""])
+def test_a_suffix_is_fim(resolver: TaskResolver, suffix: str) -> None:
+    body = {"prompt": "def f(", "suffix": suffix, "max_tokens": 1000}
+    res = resolver.resolve("completions", header=None, model="m", max_tokens=1000, body=body)
+    assert res.task.name == "code_completion"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"prompt": "Write a function that reverses a list.", "suffix": None},  # Tabby's vllm
+        {"prompt": "<html><PRE>text</PRE></html>"},  # one family's markers, not all
+        {"prompt": "<|fim_prefix|> is a token of Qwen's"},
+        {"prompt": [1, 2, 3]},  # token ids: unreadable
+    ],
+)
+def test_what_is_not_fim(resolver: TaskResolver, body: dict[str, object]) -> None:
+    res = resolver.resolve("completions", header=None, model="m", max_tokens=1000, body=body)
+    assert (res.task.name, res.via) == ("code_generation", "default")
+
+
+def test_fim_markers_in_a_chat_are_not_fim(resolver: TaskResolver) -> None:
+    body = {"messages": [{"role": "user", "content": FIM_PROMPTS["qwen"]}], "max_tokens": 9}
+    res = resolver.resolve("chat", header=None, model="m", max_tokens=9, body=body)
+    assert res.task.name == "code_generation"
+
+
+def test_header_and_alias_still_win_over_fim(resolver: TaskResolver) -> None:
+    body = {"prompt": FIM_PROMPTS["qwen"]}
+    res = resolver.resolve("completions", header="code_qna", model="m", max_tokens=None, body=body)
+    assert res.task.name == "code_qna"
+    res = resolver.resolve("completions", header=None, model="chat", max_tokens=None, body=body)
+    assert res.task.name == "code_qna"
+
+
+def test_a_rule_can_ask_for_non_fim_requests() -> None:
+    cfg = load_gateway_config(
+        env={},
+        overrides={
+            "rules": [
+                {"endpoint": "completions", "fim": False, "task": "code_summary"},
+                {"endpoint": "completions", "fim": True, "task": "code_completion"},
+            ]
+        },
+    )
+    resolver = TaskResolver(cfg)
+    plain = {"prompt": "x"}
+    fim = {"prompt": "x", "suffix": "y"}
+    for body, task in ((plain, "code_summary"), (fim, "code_completion")):
+        res = resolver.resolve("completions", header=None, model=None, max_tokens=None, body=body)
+        assert res.task.name == task

@@ -32,6 +32,10 @@ def head(length: int, task: str | None = None) -> bytes:
     ).encode()
 
 
+def lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
+    return [r.__dict__ for r in caplog.records if r.name == REQUEST_LOGGER]
+
+
 def test_a_hang_up_during_the_upload_is_counted_and_logged(
     gateway_factory: GatewayFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -45,11 +49,11 @@ def test_a_hang_up_during_the_upload_is_counted_and_logged(
             with connect(gw) as s:
                 s.sendall(head(1000, task) + b'{"prompt": "')
                 time.sleep(0.1)
-            assert wait_until(lambda n=1 + (task is not None): len(caplog.records) >= n)
+            assert wait_until(lambda n=1 + (task is not None): len(lines(caplog)) >= n)
     assert requests_total(gw, "cancelled_upload") == 2 == requests_total(gw)
-    lines = [r.__dict__ for r in caplog.records if r.name == REQUEST_LOGGER]
-    assert [(x["outcome"], x["status"]) for x in lines] == [("cancelled_upload", 499)] * 2
-    assert [x["task"] for x in lines] == ["unknown", "code_qna"]
+    logged = lines(caplog)
+    assert [(x["outcome"], x["status"]) for x in logged] == [("cancelled_upload", 499)] * 2
+    assert [x["task"] for x in logged] == ["unknown", "code_qna"]
     assert fake.posts == [] and not gw.gateway.admission.trace
     assert gw.gateway.drain.active == 0
 

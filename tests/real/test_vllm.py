@@ -276,3 +276,34 @@ def test_gateway_knows_its_backend(vllm_gateway: EngineGateway) -> None:
     assert status["kind"] == "vllm"
     assert status["kind_source"] == "detected"
     assert status["models"] == [vllm_gateway.engine.model]
+
+
+def test_the_other_routes_answer_as_vllm_does(vllm_gateway: EngineGateway) -> None:
+    """Issue 15: tokenize, detokenize, version and embeddings relayed as they are (this
+    vLLM serves a generative model: its embeddings answer is its error, relayed too);
+    model cards from the gateway, aliases with the model's max_model_len."""
+    engine, gw = vllm_gateway.engine, vllm_gateway
+    tokens = httpx.post(engine.base_url + "/tokenize", json={"model": engine.model,
+                        "prompt": PROMPT}).json()["tokens"]  # fmt: skip
+    calls = [
+        ("POST", "/tokenize", {"model": engine.model, "prompt": PROMPT}),
+        ("POST", "/detokenize", {"model": engine.model, "tokens": tokens}),
+        ("GET", "/version", None),
+        ("POST", "/v1/embeddings", {"model": engine.model, "input": ["def f():"]}),
+    ]
+    for method, path, body in calls:
+        direct = httpx.request(method, engine.base_url + path, json=body, timeout=30)
+        through = httpx.request(method, gw.url + path, json=body, timeout=30)
+        assert through.status_code == direct.status_code, path
+        assert through.json() == direct.json(), path
+    # An alias stands for the served model, as on the completion routes.
+    aliased = httpx.post(gw.url + "/tokenize", json={"model": "chat", "prompt": PROMPT})
+    assert aliased.json()["tokens"] == tokens
+    card = next(m for m in httpx.get(engine.base_url + "/v1/models").json()["data"])
+    alias = httpx.get(gw.url + "/v1/models/autocomplete").json()
+    assert alias["root"] == engine.model
+    assert alias["max_model_len"] == card["max_model_len"] == 16384
+    own = httpx.get(f"{gw.url}/v1/models/{engine.model}").json()
+    assert (own["id"], own["max_model_len"]) == (card["id"], card["max_model_len"])
+    responses = httpx.post(gw.url + "/v1/responses", json={"model": engine.model, "input": "x"})
+    assert responses.status_code == 501

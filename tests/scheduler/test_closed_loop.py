@@ -9,7 +9,16 @@ from __future__ import annotations
 import pytest
 
 from saber.config import TaskType
-from saber.scheduler import PRESETS, Action, Outcome, Policy, SchedRequest, Scheduler, Tier
+from saber.scheduler import (
+    PRESETS,
+    Action,
+    Outcome,
+    Policy,
+    SchedRequest,
+    Scheduler,
+    Tier,
+    request_for,
+)
 
 
 def usl(lam: float = 100.0, sigma: float = 0.1):
@@ -127,16 +136,20 @@ def test_finished_requests_are_observations_with_their_time_averaged_load():
 def test_learned_lengths_set_what_new_requests_are_expected_to_generate():
     t = task(mean=50)
     s = Scheduler(usl(), Policy(learn_lengths=True), tasks=[t])
-    assert s.request(t, id="x", arrival=0.0).tokens == pytest.approx(50, rel=0.05)
+    assert request_for(t, lengths=s.lengths, id="x", arrival=0.0).tokens == pytest.approx(
+        50, rel=0.05
+    )
     for i in range(1000):
         s.offer(req(f"r{i}", 50, 100.0, arrival=float(i)), float(i))
         s.finish(f"r{i}", float(i) + 0.5, 300)
-    assert s.request(t, id="y", arrival=0.0).tokens == pytest.approx(300, rel=0.1)
-    assert s.request(t, id="z", arrival=0.0, max_tokens=100).tokens <= 100
+    assert request_for(t, lengths=s.lengths, id="y", arrival=0.0).tokens == pytest.approx(
+        300, rel=0.1
+    )
+    assert request_for(t, lengths=s.lengths, id="z", arrival=0.0, max_tokens=100).tokens <= 100
     paper = Scheduler(usl(), Policy(), tasks=[t])
     paper.offer(req("r", 50, 100.0), 0.0)
     paper.finish("r", 0.5, 300)
-    assert paper.request(t, id="w", arrival=0.0).tokens == 50
+    assert request_for(t, lengths=paper.lengths, id="w", arrival=0.0).tokens == 50
 
 
 def test_live_progress_sets_a_running_requests_remaining_need():
@@ -164,7 +177,7 @@ def test_finish_learns_from_the_streamed_count_when_not_told_the_total():
         s.progress(f"r{i}", 400, float(i) + 0.4)
         assert s.finish(f"r{i}", float(i) + 0.5) is Outcome.SERVED
     assert s.lengths.summary()["t"]["observed"] == 500
-    assert s.request(t, id="x", arrival=0.0).tokens > 300
+    assert request_for(t, lengths=s.lengths, id="x", arrival=0.0).tokens > 300
 
 
 def ttft_task(useful: float | None = None) -> TaskType:
@@ -190,7 +203,7 @@ def test_a_ttft_sla_is_met_by_the_first_token_whatever_the_speed():
     assert s.load == 10
     e2e = req("e2e", 40, 0.5, task="other")
     assert admitted(s.offer(e2e, 0.0)) == []
-    first = s.request(t, id="c", arrival=0.0)
+    first = request_for(t, lengths=s.lengths, id="c", arrival=0.0)
     assert first.sla_kind == "ttft" and first.required_speed_at(0.0) == 0.0
     assert admitted(s.offer(first, 0.0)) == ["c"]
 
@@ -200,7 +213,7 @@ def test_a_ttft_request_is_demoted_when_even_a_lone_first_token_would_be_late():
     s = Scheduler(usl(), Policy.named("closed-loop"), tasks=[t], ttft=lambda p, load: 0.2 * load)
     s.offer(req("run1", 1, 100.0), 0.0)
     s.offer(req("run2", 1, 100.0), 0.0)
-    r = s.request(t, id="late", arrival=0.0)  # needs its first token by 0.5
+    r = request_for(t, lengths=s.lengths, id="late", arrival=0.0)  # needs its first token by 0.5
     assert admitted(s.offer(r, 0.0)) == []  # at L + 1 = 3 it would come at 0.6
     assert s.poll(0.29) == []
     decisions = s.poll(0.31)  # alone it would take 0.2: hopeless from 0.3 on
@@ -214,7 +227,26 @@ def test_a_ttft_request_with_useful_s_must_still_finish_in_time():
     s = Scheduler(usl(), Policy.named("closed-loop"), tasks=[t], ttft=lambda p, load: 0.05)
     for i in range(20):
         s.offer(req(f"run{i}", 1, 100.0), 0.0)
-    assert admitted(s.offer(s.request(t, id="c", arrival=0.0), 0.0)) == []
+    assert admitted(s.offer(request_for(t, lengths=s.lengths, id="c", arrival=0.0), 0.0)) == []
     for i in range(15):
         s.finish(f"run{i}", 0.01)
     assert "c" in admitted(s.poll(0.01))
+
+
+def test_a_faster_engine_found_by_calibration_defers_a_demotion_already_scheduled():
+    # f(1) = 100, f(4) = 14.3 (sigma 2). "wait" needs 80 tok/s: hopeless from 0.2 s at
+    # f(1) = 100. Then a request finishes having made ten times what f(4) predicted:
+    # the calibration goes to ~1.9, f(1) to ~188, and the demotion to ~0.57 s.
+    s = Scheduler(usl(sigma=2.0), Policy(calibrate=True, max_concurrency=4))
+    for i in range(4):
+        s.offer(req(f"run{i}", 1, 100.0), 0.0)
+    s.offer(req("wait", 80, 1.0), 0.0)
+    assert s.next_wakeup() == pytest.approx(0.2)
+    s.finish("run0", 0.1, 14)
+    assert s.calibration == pytest.approx(1.88, abs=0.02)
+    assert not s.is_running("wait")  # f(4) x 1.88 = 27 tok/s is still too slow for it
+    assert s.poll(0.3) == [] and s.queued(tier=Tier.HIGH) == 1  # not demoted at 0.2
+    due = 1.0 - 80 / s.max_speed
+    assert s.next_wakeup() == pytest.approx(due)
+    d = s.poll(due + 1e-6)[0]  # then the paper's LPQ serves it at once: a slot is free
+    assert d.action is Action.DEMOTE and d.request.id == "wait"

@@ -8,7 +8,7 @@ import pytest
 
 from saber.config import load_tasks, load_workloads
 from saber.engine import Engine, get_preset
-from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler, request_for
+from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler, TaskLengths
 from saber.sim import simulate
 from saber.workload import TraceRequest, generate_trace
 
@@ -39,8 +39,7 @@ class DelayScheduler:
         out = [Decision(Action.DEMOTE, req, now)] if req.task == "slow" else []
         return out + self.poll(now)
 
-    def request(self, task, **fields) -> SchedRequest:
-        return request_for(task, **fields)
+    lengths = TaskLengths()
 
     def progress(self, req_id: str, tokens: int, now: float) -> None:
         pass

@@ -117,6 +117,20 @@ class RefitSettings(BaseModel):
         return self
 
 
+class PassthroughSettings(BaseModel):
+    """The backend's other routes (embeddings, tokenize, pooling, scoring, version),
+    relayed as they are, beside the scheduled completions (docs/gateway.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_concurrency: int = Field(
+        default=8, ge=1, description="most such requests at the backend at once"
+    )
+    queue_cap: int = Field(
+        default=256, ge=0, description="most waiting for one of those places; past it, 429"
+    )
+
+
 class AliasTarget(BaseModel):
     """A model name clients may send, standing for a task type (and a real model)."""
 
@@ -137,6 +151,11 @@ class TaskRule(BaseModel):
     task: Name
     endpoint: Endpoint = "any"
     max_tokens_at_most: int | None = Field(default=None, ge=0)
+    fim: bool | None = Field(
+        default=None,
+        description="true: only fill-in-the-middle requests (a suffix, or a code model's "
+        "FIM markers in the prompt); false: only others; absent: either",
+    )
 
 
 KeyName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
@@ -181,6 +200,7 @@ class GatewayConfig(BaseModel):
     max_concurrency: int | None = Field(default=256, ge=1)
     queue_cap: int | None = Field(default=256, ge=0, description="per task type, HPQ + LPQ")
     refit: RefitSettings = Field(default_factory=RefitSettings)
+    passthrough: PassthroughSettings = Field(default_factory=PassthroughSettings)
     state_file: Path | None = Field(
         default=None,
         description="learned lengths, calibration and live curve, kept across restarts",
@@ -192,8 +212,8 @@ class GatewayConfig(BaseModel):
     metrics_public: bool = Field(default=False, description="/metrics needs no key")
     task_max_tokens: Literal["clamp", "reject", "off"] = Field(
         default="clamp",
-        description="a request above its cap (the task's, when the client named the task; "
-        "its key's): lowered to it, refused with 400, or let through",
+        description="a request above its cap (the task's, when the client named the task by "
+        "header or <model>:<task>; its key's): lowered to it, refused with 400, or let through",
     )
     tasks: dict[str, TaskType] = Field(default_factory=lambda: load_tasks())
     default_task: str = "code_generation"

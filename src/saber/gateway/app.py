@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from saber import wire
+from saber.gateway import passthrough
 from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.gateway.errors import internal
 from saber.gateway.routes import COMPLETION_ROUTES, completion, router
@@ -51,6 +52,7 @@ def create_app(
     )
     api.state.gateway = gateway
     api.include_router(router)
+    api.include_router(passthrough.router)
     api.add_exception_handler(HTTPException, _http_error)
     api.add_exception_handler(RequestValidationError, _validation_error)
     api.add_exception_handler(Exception, _unexpected)

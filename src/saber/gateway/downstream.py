@@ -33,7 +33,8 @@ class Ending:
     If no response has begun, ``status``, ``headers`` and ``body`` make a whole one.
     On a stream already begun (committed while it was queued, or being relayed)
     ``body`` is its last bytes, and an ``error_event`` body (a JSON error) goes as
-    one last event, then ``data: [DONE]``.
+    one last event in vLLM's mid-stream shape (``wire.stream_error``: its message,
+    ``status`` as its code), then ``data: [DONE]``.
     """
 
     outcome: Outcome
@@ -80,10 +81,11 @@ def saber_headers(flow: Flow, outcome: str) -> list[Header]:
 class Downstream:
     """The client's side of the response, remembering how far it got."""
 
-    __slots__ = ("_send", "finished", "started", "status")
+    __slots__ = ("_send", "completions", "finished", "started", "status")
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, *, completions: bool = False) -> None:
         self._send = send
+        self.completions = completions  # /v1/completions: its error event has a choice
         self.started = False
         self.finished = False
         self.status = 0
@@ -106,6 +108,22 @@ class Downstream:
             await self.start(ending.status, ending.headers)
             await self.end(ending.body)
         elif ending.error_event:
-            await self.end(wire.event(ending.body) + wire.DONE_EVENT)
+            await self.end(self._error_event(ending) + wire.DONE_EVENT)
         else:
             await self.end(ending.body)
+
+    def _error_event(self, ending: Ending) -> bytes:
+        """An error body (the gateway's own, or a backend's 4xx) as a stream's last event."""
+        try:
+            body = json.loads(ending.body)
+        except ValueError:
+            body = None
+        err = body.get("error") if isinstance(body, dict) else None
+        param = err.get("param") if isinstance(err, dict) else None
+        event = wire.stream_error(
+            wire.error_message(body if body is not None else ending.body, limit=2000),
+            ending.status,
+            param=param if isinstance(param, str) else None,
+            completions=self.completions,
+        )
+        return wire.json_event(event)

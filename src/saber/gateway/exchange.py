@@ -56,7 +56,7 @@ class Exchange(Response):
         self._interrupt: Outcome | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        out = Downstream(send)
+        out = Downstream(send, completions=self.flow.endpoint == "completions")
         main = self._main = asyncio.ensure_future(self._serve(out))
         watch = asyncio.ensure_future(_disconnected(receive))
 
@@ -177,17 +177,23 @@ class Exchange(Response):
         return future.result()
 
     def _rejection(self, outcome: Outcome) -> Ending:
-        retry = self.flow.gw.admission.retry_after_s()
+        seconds, ms = self.flow.gw.admission.retry_after()
         task = self.flow.task_name
+        when = f"retry in about {_seconds(ms)}"
         if outcome is Outcome.REJECTED_QUEUE_FULL:
-            message = f"the queue for task type {task} is full; retry in about {retry} s"
+            message = f"the queue for task type {task} is full; {when}"
         else:
             message = (
                 f"the request could no longer be answered while still useful for task type "
-                f"{task} (useful_s); retry in about {retry} s"
+                f"{task} (useful_s); {when}"
             )
-        err = GatewayError(outcome, message, headers={"retry-after": str(retry)})
-        return error_ending(self.flow, err)
+        headers = {"retry-after": str(seconds), "retry-after-ms": str(ms)}
+        return error_ending(self.flow, GatewayError(outcome, message, headers=headers))
+
+
+def _seconds(ms: int) -> str:
+    """A wait in words: tenths below 10 s, whole seconds above."""
+    return f"{ms / 1000:.1f} s" if ms < 10_000 else f"{round(ms / 1000)} s"
 
 
 def _cancelled() -> Ending:

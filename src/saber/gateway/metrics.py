@@ -7,7 +7,7 @@ the scheduler's state are read at scrape time, so they can never drift.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +15,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from saber.config import TaskType
 from saber.scheduler import Action, Decision, Outcome, Scheduler, Tier
 
 if TYPE_CHECKING:
     from saber.gateway.backend_watch import BackendWatch
+    from saber.gateway.gate import PassthroughGate
     from saber.gateway.learning import Learning
 
 BACKEND_ERROR_KINDS = (
@@ -77,7 +79,11 @@ class TaskSeries:
 class GatewayMetrics:
     """Every metric the gateway exports; ``registry`` is what /metrics serves."""
 
-    def __init__(self, tasks: Iterable[str]) -> None:
+    def __init__(self, tasks: Iterable[str] | Mapping[str, TaskType]) -> None:
+        # Each task's SLA kind (e2e when not known): a label of saber_sla_requests_total.
+        self._kinds: dict[str, str] = (
+            {name: t.sla_kind for name, t in tasks.items()} if isinstance(tasks, Mapping) else {}
+        )
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -109,9 +115,9 @@ class GatewayMetrics:
         )
         self.sla = Counter(
             "saber_sla_requests",
-            "Served requests within or outside their task's SLA: end to end, or on the "
-            "first token for a task with a TTFT SLA (sla_kind: ttft).",
-            ["task", "sla"],
+            "Served requests within or outside their task's SLA: end to end (sla_kind e2e), "
+            "or on the first token for a task with a TTFT SLA (sla_kind ttft).",
+            ["task", "sla", "sla_kind"],
             registry=r,
         )
         self.admissions = Counter(
@@ -192,6 +198,15 @@ class GatewayMetrics:
             buckets=_RATIO,
             registry=r,
         )
+        self.retry_after = Histogram(
+            "saber_retry_after_observed_over_predicted",
+            "Per request turned away with a Retry-After: the time until a running request "
+            "really freed its slot, over the time predicted. The prediction is the time by "
+            "which a slot has freed with a chance of 0.8: about 80% of observations fall "
+            "at or below 1.",
+            buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0),
+            registry=r,
+        )
         self.refits = Counter(
             "saber_speed_refits",
             "Online refits of f(L): swapped in (the engine had departed from the curve in "
@@ -207,6 +222,20 @@ class GatewayMetrics:
             "over the loads seen).",
             registry=r,
         )
+        self.passthrough = Counter(
+            "saber_passthrough_requests",
+            "Requests relayed on the backend's other routes (embeddings, tokenize, pooling, "
+            "scoring, version), by route and the status answered (429: too many waited).",
+            ["route", "status"],
+            registry=r,
+        )
+        self.passthrough_duration = Histogram(
+            "saber_passthrough_duration_seconds",
+            "Time to answer a request of the backend's other routes, waiting included.",
+            ["route"],
+            buckets=_SECONDS,
+            registry=r,
+        )
         self._tasks: dict[str, TaskSeries] = {}
         for task in tasks:
             self.add_task(task)
@@ -218,8 +247,8 @@ class GatewayMetrics:
             series = self._tasks[task] = TaskSeries(
                 outcomes={o: self.requests.labels(task, o.value) for o in Outcome},
                 admissions={t: self.admissions.labels(task, t.value) for t in Tier},
-                sla_within=self.sla.labels(task, "within"),
-                sla_outside=self.sla.labels(task, "outside"),
+                sla_within=self.sla.labels(task, "within", self._kinds.get(task, "e2e")),
+                sla_outside=self.sla.labels(task, "outside", self._kinds.get(task, "e2e")),
                 queue_wait=self.queue_wait.labels(task),
                 ttft=self.ttft.labels(task),
                 latency=self.latency.labels(task),
@@ -240,6 +269,32 @@ class GatewayMetrics:
             self.task(d.request.task).admissions[d.tier].inc()
         elif d.action is Action.DEMOTE:
             self.task(d.request.task).demotions.inc()
+
+    def on_slot_free(self, predicted_s: float, observed_s: float) -> None:
+        """A Retry-After given ``observed_s`` ago, predicted as ``predicted_s``: a slot
+        has just freed."""
+        self.retry_after.observe(observed_s / max(predicted_s, 1e-3))
+
+    def on_passthrough(self, route: str, status: int, seconds: float) -> None:
+        """A request of a pass-through route was answered with ``status``."""
+        self.passthrough.labels(route, str(status)).inc()
+        self.passthrough_duration.labels(route).observe(seconds)
+
+    def watch_passthrough(self, gate: PassthroughGate) -> None:
+        """Export the pass-through routes' in-flight and waiting counts."""
+        in_flight = Gauge(
+            "saber_passthrough_in_flight",
+            "Requests of the backend's other routes at the backend now.",
+            registry=self.registry,
+        )
+        in_flight.set_function(lambda: gate.in_flight)
+        waiting = Gauge(
+            "saber_passthrough_waiting",
+            "Requests of the backend's other routes waiting for a place "
+            "(passthrough.max_concurrency).",
+            registry=self.registry,
+        )
+        waiting.set_function(lambda: gate.waiting)
 
     def watch(self, scheduler: Callable[[], Scheduler | None]) -> None:
         """Export the scheduler's live state (queues, load, predicted speed), for every

@@ -18,6 +18,7 @@ from saber.gateway.drain import draining_error
 from saber.gateway.errors import GatewayError, internal, invalid
 from saber.gateway.exchange import Exchange
 from saber.gateway.flow import Flow
+from saber.gateway.models import model_cards
 from saber.gateway.payload import PATHS, Call
 from saber.gateway.state import Gateway
 from saber.gateway.status import status
@@ -84,14 +85,19 @@ async def _accept(flow: Flow, request: Request) -> None:
     dialect = gw.dialect
     payload = payloads.parse(endpoint, raw, dialect)
     res = gw.resolver.resolve(
-        endpoint, header=header, model=payload.model, max_tokens=payload.max_tokens
+        endpoint,
+        header=header,
+        model=payload.model,
+        max_tokens=payload.max_tokens,
+        body=payload.body,
     )
     flow.task, flow.via = res.task, res.via
     if flow.key is not None:
         flow.task = flow.key.task_for(res.task, res.via, gw.tasks)
         if flow.task is not res.task:
             flow.via = "default"  # the key's
-    cap = honesty.cap_for(flow.task, flow.via, flow.key, cfg.task_max_tokens)
+    named = honesty.named_by_client(flow.via, payload.model, cfg.aliases)
+    cap = honesty.cap_for(flow.task, named, flow.key, cfg.task_max_tokens)
     honesty.enforce(payload, flow.task, cap, cfg.task_max_tokens)
     model = res.model
     if model is BACKEND_MODEL:
@@ -106,6 +112,7 @@ async def _accept(flow: Flow, request: Request) -> None:
     try:
         flow.req = request_for(
             flow.task,
+            lengths=gw.scheduler.lengths,
             id=flow.id,
             arrival=flow.arrival,
             max_tokens=max_tokens,
@@ -139,21 +146,7 @@ async def models(request: Request) -> Response:
         return err.response()
     except BackendFailure as failure:
         return GatewayError(failure.outcome, failure.message).response()
-    ids = [m["id"] for m in backend]
-    owned = {m["id"]: m for m in backend}
-    aliases: list[dict[str, Any]] = [
-        {
-            "id": alias,
-            "object": "model",
-            "created": owned.get(real, {}).get("created", 0),
-            "owned_by": "saber-gateway",
-            "root": real,
-            "parent": real,
-        }
-        for alias, real in gw.resolver.alias_names(ids)
-        if alias not in owned
-    ]
-    return JSONResponse({"object": "list", "data": backend + aliases})
+    return JSONResponse({"object": "list", "data": model_cards(backend, gw.resolver)})
 
 
 @router.get("/health")

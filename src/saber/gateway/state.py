@@ -16,6 +16,7 @@ from saber.gateway.admission import Admission
 from saber.gateway.backend_watch import BackendWatch, control_client
 from saber.gateway.dialect import Dialect
 from saber.gateway.drain import Drain
+from saber.gateway.gate import PassthroughGate
 from saber.gateway.learning import Learning
 from saber.gateway.metrics import GatewayMetrics
 from saber.gateway.reload import Reloader
@@ -49,11 +50,19 @@ class Gateway:
         self.seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**32)
         self.policy = Policy.from_config(cfg)
         self.speed = settings.speed_model()
-        self.scheduler = Scheduler(self.speed, self.policy, tasks=self.tasks, seed=self.seed)
+        ttft = settings.profile.ttft_fit
+        self.ttft_fit = ttft.predict if ttft is not None else None
+        self.scheduler = Scheduler(
+            self.speed, self.policy, tasks=self.tasks, ttft=self.ttft_fit, seed=self.seed
+        )
         self.metrics.watch(lambda: self.scheduler)
         self.learning = Learning(self)
         self.metrics.watch_learning(self.learning)
         self.backend = BackendWatch(cfg.backend)
+        self.passthrough = PassthroughGate(
+            cfg.passthrough.max_concurrency, cfg.passthrough.queue_cap
+        )
+        self.metrics.watch_passthrough(self.passthrough)
         self.metrics.watch_backend(self.backend)
         self._trace = trace
         self._transport = transport
@@ -84,6 +93,7 @@ class Gateway:
             self.scheduler,
             on_decision=self.metrics.on_decision,
             on_finish=self.learning.drain,
+            on_slot_free=self.metrics.on_slot_free,
             trace=self._trace,
         )
         self._upstream = Upstream(
@@ -99,6 +109,14 @@ class Gateway:
                 "paper preset; fit one for your backend with saber-profile",
                 extra={"profile": str(s.profile_path)},
             )
+        ttft_tasks = sorted(name for name, t in self.tasks.items() if t.sla_kind == "ttft")
+        if ttft_tasks and self.ttft_fit is None:
+            log.warning(
+                "the profile has no TTFT fit: tasks with a TTFT SLA are admitted as if their "
+                "first token took one token's time at f(L); refit the profile with "
+                "saber-profile to admit them against the measured time to first token",
+                extra={"profile": str(s.profile_path), "ttft_tasks": ttft_tasks},
+            )
         log.info(
             "saber-gateway ready",
             extra={
@@ -108,6 +126,7 @@ class Gateway:
                 "profile": str(s.profile_path),
                 "speed_model": s.profile.kind,
                 "f1_tokens_per_s": round(self.scheduler.max_speed, 2),
+                "ttft_fit": self.ttft_fit is not None,
                 "tasks": sorted(self.tasks),
                 "policy": self.policy_dict(),
                 "transport": self.config.backend.transport,
@@ -139,6 +158,9 @@ class Gateway:
         if settings.profile != old.profile:
             self.speed = settings.speed_model()
             self.scheduler.set_speed_model(self.speed)
+            ttft = settings.profile.ttft_fit
+            self.ttft_fit = ttft.predict if ttft is not None else None
+            self.scheduler.set_ttft(self.ttft_fit)
             self.learning.new_profile(self.speed)
         if self._admission is not None:
             self._admission.poke()  # a higher cap, or a new curve, may admit now

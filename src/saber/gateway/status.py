@@ -41,6 +41,8 @@ def status(gw: Gateway) -> dict[str, Any]:
             "model": p.model.name,
             "backend": p.backend.model_dump(exclude_none=True),
             "created_at": p.created_at.isoformat(),
+            # What tasks with a TTFT SLA are admitted against (null: one token at f(L)).
+            "ttft_fit": None if p.ttft_fit is None else p.ttft_fit.model_dump(),
         },
         "tasks": {
             name: {

@@ -1,16 +1,19 @@
 """Which task type a request belongs to, and which model name goes upstream.
 
 Order: the ``X-Saber-Task`` header; the model name as an alias (``<model>:<task>``
-or a configured alias); the configured rules; the default task.
+or a configured alias); the configured rules (on the endpoint, ``max_tokens``, and
+whether the request is fill-in-the-middle); the default task.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from saber.config import GatewayConfig, TaskType
 from saber.gateway.errors import invalid
+from saber.gateway.fim import is_fim
 
 Via = Literal["header", "alias", "rule", "default"]
 Endpoint = Literal["chat", "completions"]
@@ -66,13 +69,17 @@ class TaskResolver:
         header: str | None,
         model: str | None,
         max_tokens: int | None,
+        body: Mapping[str, Any] | None = None,
     ) -> Resolution:
+        """The task and upstream model of a request; ``body`` (the parsed request) is
+        read only by a rule with a ``fim`` condition."""
         alias = self.alias(model)
         rewrite = alias[1] if alias else None
         if header is not None:
             return Resolution(self.task_for_header(header), "header", rewrite)
         if alias is not None:
             return Resolution(alias[0], "alias", rewrite)
+        fim: bool | None = None  # looked at once, by the first rule that asks
         for rule in self.rules:
             if rule.endpoint not in ("any", endpoint):
                 continue
@@ -80,6 +87,11 @@ class TaskResolver:
                 max_tokens is None or max_tokens > rule.max_tokens_at_most
             ):
                 continue
+            if rule.fim is not None:
+                if fim is None:
+                    fim = body is not None and is_fim(body)
+                if rule.fim is not fim:
+                    continue
             return Resolution(self.tasks[rule.task], "rule")
         return Resolution(self.default, "default")
 

@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from saber.config import TaskType
 from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._outcome import Outcome
 from saber.scheduler._policy import Policy
 from saber.scheduler._queues import TaskQueues
-from saber.scheduler._request import Action, Decision, SchedRequest, Tier, request_for
+from saber.scheduler._request import MAX_TOKENS, Action, Decision, SchedRequest, Tier
 
 SpeedFn = Callable[[float], float]
 TTFTFn = Callable[[float, float], float]
@@ -32,8 +34,15 @@ CALIBRATION_ALPHA = 0.1
 last 20 requests count. Measured: 0.05-0.15 give the same goodput; 0.2 overreacts
 to a few short requests under overload (docs/bench.md)."""
 CALIBRATION_LIMITS = (0.1, 10.0)
-REBUILD_AT = 0.02
-"""Demotion times are recomputed when f(1) has moved this much since they were."""
+REBUILD_AT = 0.1
+"""Demotion and expiry times are recomputed when the calibrated f(1) has fallen this
+much since they were (they come due later than they should). A rise needs nothing:
+each time is checked again, at the calibration of the moment, when it comes due."""
+_FREE_GRID = np.concatenate(([0.0], np.geomspace(0.005, 3600.0, 160)))
+"""The times (s) at which ``time_to_free`` weighs the chance that a slot has freed."""
+PACE_MIN_TOKENS = 8
+PACE_MIN_S = 0.2
+"""A streaming request's own pace is trusted from this many tokens and seconds on."""
 OBSERVATIONS = 4096
 
 
@@ -59,7 +68,8 @@ class Scheduler:
 
     Closed loop (beyond the paper, each a ``Policy`` knob): ``progress`` reports a
     running request's generated tokens; ``finish`` reports its length, which
-    teaches the task's expected length (``learn_lengths``) and, against the
+    teaches the task's expected length (``learn_lengths``: ``lengths``, which
+    ``request_for`` reads for each new request) and, against the
     speed the model predicted for it, the calibration of f(L) (``calibrate``).
     Finished requests also yield ``observations`` for refitting f(L) itself
     (``set_speed_model``), which the driver does off the hot path.
@@ -144,6 +154,11 @@ class Scheduler:
         self.policy = dataclasses.replace(
             self.policy, max_concurrency=max_concurrency, queue_cap=queue_cap
         )
+        self._rebuild_times()
+
+    def set_ttft(self, ttft: TTFTFn | None) -> None:
+        """Swap the TTFT fit (a reload brought another profile)."""
+        self._ttft_fn = ttft
         self._rebuild_times()
 
     def set_calibration(self, value: float) -> None:
@@ -250,28 +265,6 @@ class Scheduler:
 
     # -- events ----------------------------------------------------------
 
-    def request(
-        self,
-        task: TaskType,
-        *,
-        id: str,
-        arrival: float,
-        max_tokens: int | None = None,
-        min_tokens: int = 0,
-        tokens: int | None = None,
-    ) -> SchedRequest:
-        """A new request of ``task`` as this scheduler sees it (``request_for`` with
-        the lengths it has learned). The gateway and the simulator both use it."""
-        return request_for(
-            task,
-            id=id,
-            arrival=arrival,
-            max_tokens=max_tokens,
-            min_tokens=min_tokens,
-            tokens=tokens,
-            lengths=self.lengths,
-        )
-
     def offer(self, req: SchedRequest, now: float) -> list[Decision]:
         """A request arrives. Returns what happened to it and to any other."""
         if self.is_queued(req.id) or req.id in self._running:
@@ -307,6 +300,8 @@ class Scheduler:
         req = self._running.get(req_id)
         if req is not None and (req.generated is None or tokens > req.generated):
             req.generated = tokens
+            if tokens > 0 and req.first_token_at is None:
+                req.first_token_at = now
 
     def finish(self, req_id: str, now: float, tokens: int | None = None) -> Outcome | None:
         """A running request completed, having generated ``tokens`` (None: not
@@ -371,7 +366,7 @@ class Scheduler:
             sample = tokens / raw
             cal = self.calibration + CALIBRATION_ALPHA * (sample - self.calibration)
             self.calibration = min(max(cal, low), high)
-            if abs(self.max_speed / self._times_f1 - 1.0) > REBUILD_AT:
+            if self.max_speed < (1.0 - REBUILD_AT) * self._times_f1:
                 self._rebuild_times()
 
     # -- the token and load clocks --------------------------------------
@@ -402,10 +397,76 @@ class Scheduler:
         the relay reports one, else from the token clock."""
         if req.generated is not None:
             return self.lengths.remaining(req.task, req.generated, req.cap, req.tokens)
+        return req.tokens - self._made(req, now)
+
+    def _made(self, req: SchedRequest, now: float) -> float:
+        """Tokens a running request that reports nothing has made by ``now``, by the
+        token clock (calibrated)."""
         made = self._clock - self._at_admit[req.id][0]
         if self._clock_at is not None and now > self._clock_at:
             made += self._f(len(self._running)) * (now - self._clock_at)
-        return req.tokens - self.calibration * made
+        return self.calibration * made
+
+    def time_to_free(self, now: float, q: float = 0.5) -> float | None:
+        """Seconds from ``now`` by which a running request has finished and freed its
+        slot, with probability ``q``; None when nothing runs.
+
+        Each running request still has tokens to make: how many is uncertain, given
+        what it has made so far (learned lengths: the distribution whose mean is
+        ``lengths.remaining``; a request that has run past the mean is likely a long
+        one), and it makes them at its own pace since its first token when it
+        streams, else at f(L), with what it has made read off the token clock. The
+        first slot frees when the soonest of them ends: the ``q``-quantile of that
+        minimum. Without learned lengths, each request's expected remainder is
+        taken as certain.
+        """
+        if not self._running:
+            return None
+        speed = self.predicted_speed(self.load)
+        by_task: dict[str, list[tuple[float, float, float, float]]] = {}
+        for req in self._running.values():
+            if req.generated is not None:
+                made = float(req.generated)
+                pace = self._pace(req, now) or speed
+            else:
+                made = float(max(int(self._made(req, now)), 0))
+                pace = speed
+            cap = float(req.cap) if req.cap else float(MAX_TOKENS)
+            left = self.lengths.remaining(req.task, int(made), req.cap, req.tokens)
+            by_task.setdefault(req.task, []).append((made, cap, pace, left))
+        certain = np.inf  # the soonest certain end: a remainder taken as certain, or a cap
+        alive = np.ones_like(_FREE_GRID)  # P(no uncertain one has ended by each grid time)
+        for task, rows in by_task.items():
+            arr = np.array(rows, dtype=float)
+            made_a, cap_a, pace_a, left_a = (arr[:, i : i + 1] for i in range(4))
+            est = self.lengths.estimate(task)
+            if est is None:
+                certain = min(certain, float(np.min(np.maximum(left_a, 0.0) / pace_a)))
+            else:
+                alive *= np.prod(est.survival(made_a, cap_a, _FREE_GRID * pace_a), axis=0)
+                # It has ended by its cap at the latest.
+                certain = min(certain, float(np.min((cap_a - made_a) / pace_a)))
+        crossed = np.flatnonzero(alive <= 1.0 - q)
+        if not crossed.size:
+            return min(certain, float(_FREE_GRID[-1]))
+        k = int(crossed[0])
+        if k == 0:
+            return min(certain, float(_FREE_GRID[0]))
+        # Linear between the two grid times around the crossing.
+        t0, t1, a0, a1 = _FREE_GRID[k - 1], _FREE_GRID[k], alive[k - 1], alive[k]
+        frac = (a0 - (1.0 - q)) / (a0 - a1) if a0 > a1 else 1.0
+        return min(certain, float(t0 + frac * (t1 - t0)))
+
+    @staticmethod
+    def _pace(req: SchedRequest, now: float) -> float | None:
+        """Tokens per second a streaming request has made since its first token; None
+        until it has run long enough to tell (PACE_MIN_TOKENS, PACE_MIN_S)."""
+        if req.first_token_at is None or req.generated is None:
+            return None
+        elapsed = now - req.first_token_at
+        if req.generated < PACE_MIN_TOKENS or elapsed < PACE_MIN_S:
+            return None
+        return (req.generated - 1) / elapsed
 
     def _still_needs(self, req: SchedRequest, now: float) -> float:
         """The speed a running HPQ request still needs, from its progress.
@@ -586,9 +647,14 @@ class Scheduler:
         heap = self._demote_at
         while heap and heap[0][0] <= now:
             _, req_id = heapq.heappop(heap)
-            req = self._hpq.remove(req_id)
+            req = self._hpq.get(req_id)
             if req is None:
                 continue  # already admitted or cancelled
+            due = self._demotion_time(req)
+            if due > now:  # the calibration rose since: not yet
+                heapq.heappush(heap, (due, req_id))
+                continue
+            self._hpq.remove(req_id)
             req.tier = Tier.LOW
             req.demoted_at = now
             self._lpq.push(req)
@@ -600,9 +666,15 @@ class Scheduler:
         heap = self._expire_at
         while heap and heap[0][0] <= now:
             _, req_id = heapq.heappop(heap)
-            req = self._hpq.remove(req_id) or self._lpq.remove(req_id)
-            if req is not None:
-                out.append(self._leave_queued(req, now, Outcome.REJECTED_EXPIRED))
+            req = self._hpq.get(req_id) or self._lpq.get(req_id)
+            if req is None:
+                continue
+            due = self._expiry_time(req)
+            if due is not None and due > now:  # the calibration rose since: not yet
+                heapq.heappush(heap, (due, req_id))
+                continue
+            self._hpq.remove(req_id) or self._lpq.remove(req_id)
+            out.append(self._leave_queued(req, now, Outcome.REJECTED_EXPIRED))
         return out
 
     def _leave_queued(self, req: SchedRequest, now: float, outcome: Outcome) -> Decision:

@@ -98,6 +98,24 @@ class LengthEstimate:
         mids = np.clip(_MID[start:], produced + 1, limit)
         return float(np.dot(w, mids) / total) - produced
 
+    def survival(self, produced: np.ndarray, limit: np.ndarray, more: np.ndarray) -> np.ndarray:
+        """P(min(L, limit) - produced > more | L > produced), elementwise: the chance
+        that a running request that has made ``produced`` tokens still has more than
+        ``more`` to make (the distribution ``remaining`` is the mean of). Arrays
+        broadcast; ``limit`` is the cap (MAX_LENGTH for none)."""
+        cum = np.concatenate(([0.0], np.cumsum(self.weights)))  # weight of buckets < k
+        total = cum[-1]
+        start = np.searchsorted(_EDGES[1:], produced + 1, side="right")  # _bucket(p + 1)
+        start = np.minimum(start, len(_MID) - 1)
+        start = np.where(produced + 1 <= 1, 0, start)
+        above = total - cum[start]  # weight of L > produced
+        # Buckets whose point lies beyond produced + more.
+        first = np.maximum(np.searchsorted(_MID, produced + more, side="right"), start)
+        beyond = np.where(more < 1, above, total - cum[first])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            alive = np.where(above > 0, beyond / above, (more < 1).astype(float))
+        return np.where(produced + more >= limit, 0.0, alive)
+
     def quantile(self, q: float) -> float:
         cum = np.cumsum(self.weights)
         i = int(np.searchsorted(cum, q * cum[-1]))
@@ -164,6 +182,10 @@ class TaskLengths:
         if est is None:
             return max(tokens - produced, 1.0)
         return est.remaining(produced, cap)
+
+    def estimate(self, task: str) -> LengthEstimate | None:
+        """The task's learned lengths; None when lengths are not learned."""
+        return self._est.get(task)
 
     def observe(self, task: str, tokens: int) -> None:
         est = self._est.get(task)

@@ -46,6 +46,7 @@ class SchedRequest:
     required_speed: float | None = None
     # Tokens generated so far, as the relay last reported (None: never reported).
     generated: int | None = None
+    first_token_at: float | None = None  # when a report first counted a token
     outcome: Outcome | None = field(default=None)
 
     def required_speed_at(self, now: float) -> float:
@@ -80,8 +81,8 @@ def request_for(
     tokens: int | None = None,
     lengths: TaskLengths | None = None,
 ) -> SchedRequest:
-    """The one way a request becomes scheduler input (``Scheduler.request`` passes its
-    own learned ``lengths``; the gateway and the simulator both call that).
+    """The one way a request becomes scheduler input, in the gateway and the simulator
+    alike; they pass the scheduler's ``lengths``, which it learns.
 
     The deadline is ``arrival`` plus the task's SLA (for its last token, or for its
     first with a TTFT SLA). ``tokens`` is what the request

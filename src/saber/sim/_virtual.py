@@ -14,7 +14,7 @@ from typing import Protocol
 
 from saber.config import TaskType
 from saber.engine import Engine, EnginePreset, EngineRequest
-from saber.scheduler import Action, Decision, SchedRequest, Scheduler
+from saber.scheduler import Action, Decision, SchedRequest, Scheduler, TaskLengths, request_for
 from saber.sim._records import SimRecord, SimResult
 from saber.speed import LiveFit, SpeedModel
 from saber.workload import TraceRequest
@@ -25,16 +25,8 @@ _MAX_STEPS = 1 << 30
 class AdmissionScheduler(Protocol):
     """The part of ``saber.scheduler.Scheduler`` the simulator drives."""
 
-    def request(
-        self,
-        task: TaskType,
-        *,
-        id: str,
-        arrival: float,
-        max_tokens: int | None = None,
-        min_tokens: int = 0,
-        tokens: int | None = None,
-    ) -> SchedRequest: ...
+    lengths: TaskLengths
+
     def offer(self, req: SchedRequest, now: float) -> list[Decision]: ...
     def poll(self, now: float) -> list[Decision]: ...
     def progress(self, req_id: str, tokens: int, now: float) -> None: ...
@@ -57,7 +49,8 @@ def simulate(
     Without a scheduler every arrival goes straight to the engine (the paper's
     static baseline: the engine's ``max_num_seqs`` is the batch size). With one,
     the scheduler decides when each request reaches the engine; each arrival
-    becomes scheduler input through ``scheduler.request``, and after every engine
+    becomes scheduler input through ``request_for`` with the scheduler's learned
+    ``lengths``, and after every engine
     step each running request's generated count goes to ``scheduler.progress``, as
     the gateway does with each streamed frame. ``trust_max_tokens`` tells the
     scheduler that a request's ``max_tokens`` is its true length (the paper's oracle
@@ -144,8 +137,9 @@ class _Run:
         if self.scheduler is None:
             self.admit(req.id, req.arrival)
             return
-        sreq = self.scheduler.request(
+        sreq = request_for(
             self.tasks[req.task],
+            lengths=self.scheduler.lengths,
             id=req.id,
             arrival=req.arrival,
             max_tokens=req.max_tokens,

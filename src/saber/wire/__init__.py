@@ -2,14 +2,21 @@
 
 SSE framing (``EventSplitter``, ``data_field``, ``event``, ``json_event``, ``DONE``),
 what a chunk carries (``carries_text``, ``text_choices``, ``completion_tokens``),
-OpenAI error bodies (``error_body``, ``error_type``, ``error_message``) and the
+OpenAI error bodies (``error_body``, ``error_type``, ``error_message``; a stream's
+last event, ``stream_error``) and the
 ``Authorization: Bearer`` header (``auth_headers``, ``bearer_token``). It imports
 nothing from the rest of saber.
 """
 
 from saber.wire._auth import auth_headers, bearer_token
 from saber.wire._chunks import carries_text, completion_tokens, text_choices
-from saber.wire._errors import error_body, error_message, error_type
+from saber.wire._errors import (
+    error_body,
+    error_message,
+    error_type,
+    stream_error,
+    stream_error_type,
+)
 from saber.wire._sse import DONE, DONE_EVENT, EventSplitter, data_field, event, json_event
 
 __all__ = [
@@ -26,5 +33,7 @@ __all__ = [
     "error_type",
     "event",
     "json_event",
+    "stream_error",
+    "stream_error_type",
     "text_choices",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from typing import Any
 
 # The "type" OpenAI gives each family of status codes.
@@ -62,3 +63,38 @@ def error_message(body: Any, limit: int = 300) -> str:
         if body.get("message"):
             return str(body["message"])[:limit]
     return json.dumps(body)[:limit]
+
+
+def stream_error_type(status: int) -> str:
+    """vLLM's ``type`` for an error with ``status``, named as an exception class:
+    ``BadRequestError``, ``NotFoundError``, ``ServiceUnavailableError``..."""
+    try:
+        words = HTTPStatus(status).phrase.split()
+    except ValueError:
+        return "InternalServerError" if status >= 500 else "BadRequestError"
+    name = "".join(w[:1].upper() + w[1:] for w in words)
+    return name if name.endswith("Error") else name + "Error"
+
+
+def stream_error(
+    message: str, status: int, *, param: str | None = None, completions: bool = False
+) -> dict[str, Any]:
+    """The event that ends a stream with an error once its 200 is sent, in the shape
+    vLLM sends: ``{"error": {"message", "type", "param", "code": <status>}}``, which
+    openai-python, openai-node, the AI SDK and Continue raise with its message.
+
+    For /v1/completions (``completions``) it also carries one choice that has
+    finished, with no text: Tabby's completion client reads every event as a chunk
+    with ``choices`` and fails on one without, and it stops at a ``finish_reason``.
+    """
+    body: dict[str, Any] = {
+        "error": {
+            "message": message,
+            "type": stream_error_type(status),
+            "param": param,
+            "code": status,
+        }
+    }
+    if completions:
+        body["choices"] = [{"index": 0, "text": "", "logprobs": None, "finish_reason": "error"}]
+    return body

@@ -1,0 +1,188 @@
+"""The backend's other routes, relayed as they are: embeddings (codebase indexing in
+Continue and Tabby), tokenize and detokenize, pooling, classification, scoring and
+reranking, and the version.
+
+They generate no tokens, so the scheduler does not admit them; they still take the
+engine's time, so at most ``passthrough.max_concurrency`` of them are at the backend
+at once, the others waiting in arrival order (past ``passthrough.queue_cap``
+waiting: 429). Each is counted: ``saber_passthrough_requests_total`` by route and
+status, ``saber_passthrough_duration_seconds``, and the in-flight and waiting gauges.
+
+``/v1/responses`` is refused with a message that says why: it generates, and the
+gateway schedules generation only on the completion routes. ``GET /v1/models/{id}``
+is answered by the gateway from the backend's list (vLLM has no such route), aliases
+included.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+
+import httpx
+from fastapi import APIRouter, Request
+from starlette.requests import ClientDisconnect
+from starlette.responses import JSONResponse, Response
+
+from saber import wire
+from saber.gateway import forwarding
+from saber.gateway.errors import GatewayError, invalid
+from saber.gateway.models import model_card
+from saber.gateway.payload import read_body
+from saber.gateway.state import Gateway
+from saber.gateway.tasks import BACKEND_MODEL
+from saber.gateway.upstream import BackendFailure, classify, downstream_headers, upstream_headers
+from saber.scheduler import Outcome
+
+RELAYED: dict[str, str] = {
+    "/v1/embeddings": "POST",
+    "/tokenize": "POST",
+    "/detokenize": "POST",
+    "/pooling": "POST",
+    "/classify": "POST",
+    "/score": "POST",
+    "/v1/score": "POST",
+    "/rerank": "POST",
+    "/v1/rerank": "POST",
+    "/v2/rerank": "POST",
+    "/version": "GET",
+}
+"""Path: method. Passed to the backend as they are; its answer, 404 included, comes back."""
+
+NOT_RELAYED = (
+    "saber-gateway does not relay {path}: it generates tokens, and the gateway schedules "
+    "generation only on /v1/chat/completions and /v1/completions, where it can meet each "
+    "request's SLA; send the request there"
+)
+REFUSED = ("/v1/responses", "/v1/responses/{response_id}", "/v1/responses/{response_id}/cancel")
+
+router = APIRouter()
+
+
+def _gateway(request: Request) -> Gateway:
+    return request.app.state.gateway
+
+
+def _relayed_route(path: str) -> Callable[[Request], Awaitable[Response]]:
+    async def route(request: Request) -> Response:
+        return await relay_other(_gateway(request), request, path)
+
+    return route
+
+
+async def relay_other(gw: Gateway, request: Request, path: str) -> Response:
+    """Relay one request of a pass-through route, counted under ``path``. Its key was
+    checked with every route's (``access``)."""
+    started = time.perf_counter()
+    status = 0
+    try:
+        try:
+            body = await read_body(request, gw.config.max_body_bytes, gw.config.body_timeout_s)
+            body = await _real_model(gw, body)
+            await gw.passthrough.enter()
+        except ClientDisconnect:
+            status = 499
+            return Response(status_code=499)
+        except GatewayError as err:
+            status = err.status
+            return err.response()
+        except BackendFailure as failure:  # the real model behind an alias is unknown
+            err = GatewayError(failure.outcome, failure.message)
+            status = err.status
+            return err.response()
+        try:
+            response = await _send(gw, request, path, body)
+        except BackendFailure as failure:
+            err = GatewayError(failure.outcome, failure.message)
+            status = err.status
+            gw.metrics.backend_errors.labels(failure.kind).inc()
+            return err.response()
+        finally:
+            gw.passthrough.leave()
+        status = response.status_code
+        return response
+    finally:
+        gw.metrics.on_passthrough(path, status, time.perf_counter() - started)
+
+
+async def _send(gw: Gateway, request: Request, path: str, body: bytes) -> Response:
+    """The backend's whole answer (a dropped kept-alive connection is tried again, as
+    for completions); BackendFailure if none comes."""
+    upstream = gw.upstream
+    query = request.url.query
+    outgoing = httpx.Request(
+        request.method,
+        upstream.base + path + (f"?{query}" if query else ""),
+        headers=upstream_headers(forwarding.headers(request.scope), upstream.settings.api_key),
+        content=body or None,
+        extensions={"timeout": upstream.client.timeout.as_dict()},
+    )
+    async with upstream.open(outgoing) as resp:
+        try:
+            content = await resp.aread()
+        except httpx.HTTPError as exc:
+            raise classify(exc, streaming=True) from exc
+    return Response(content, status_code=resp.status_code, headers=_headers(resp))
+
+
+def _headers(resp: httpx.Response) -> dict[str, str]:
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in downstream_headers(resp.headers)}
+
+
+async def _real_model(gw: Gateway, body: bytes) -> bytes:
+    """The body with an alias in ``model`` replaced by the real model name; as it came
+    otherwise (not JSON, no model, not an alias)."""
+    if b'"model"' not in body:
+        return body
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return body
+    if not isinstance(data, dict) or not isinstance(data.get("model"), str):
+        return body
+    alias = gw.resolver.alias(data["model"])
+    if alias is None:
+        return body
+    real = alias[1] if alias[1] is not BACKEND_MODEL else await gw.backend_model()
+    try:
+        return json.dumps({**data, "model": real}, ensure_ascii=False).encode()
+    except (UnicodeEncodeError, RecursionError, ValueError):
+        raise invalid("the request body cannot be relayed as JSON (a lone surrogate?)") from None
+
+
+for _path, _method in RELAYED.items():
+    router.add_api_route(_path, _relayed_route(_path), methods=[_method])
+
+
+async def _refused(request: Request) -> Response:
+    # 501, permanent: the OpenAI SDKs would retry a 5xx, but they obey x-should-retry.
+    return GatewayError(
+        Outcome.INVALID_REQUEST,
+        NOT_RELAYED.format(path=request.url.path),
+        status=501,
+        code="not_relayed",
+        headers={"x-should-retry": "false"},
+    ).response()
+
+
+for _path in REFUSED:
+    router.add_api_route(_path, _refused, methods=["GET", "POST", "DELETE"])
+
+
+@router.get("/v1/models/{model_id:path}")
+async def model(request: Request, model_id: str) -> Response:
+    gw = _gateway(request)
+    try:
+        backend = await gw.backend_models()
+    except GatewayError as err:
+        return err.response()
+    except BackendFailure as failure:
+        return GatewayError(failure.outcome, failure.message).response()
+    card = model_card(backend, gw.resolver, model_id)
+    if card is None:
+        body = wire.error_body(
+            f"The model `{model_id}` does not exist.", 404, code="model_not_found", param="model"
+        )
+        return JSONResponse(body, status_code=404)
+    return JSONResponse(card)
