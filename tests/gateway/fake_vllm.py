@@ -38,7 +38,7 @@ class FakeVllm:
         if request.method == "POST":
             try:
                 body = json.loads(request.content, parse_constant=_strict)
-            except ValueError:
+            except (ValueError, RecursionError):
                 self.bad_json += 1
                 return httpx.Response(400, json=_error(400, "not JSON"))
             self.posts.append((body, request.headers))
