@@ -52,10 +52,19 @@ USER ${SABER_UID}:${SABER_UID}
 WORKDIR /tmp
 EXPOSE 8080
 
-# /health answers 200 only while the backend answers its own /health, so the
-# container reads "unhealthy" while vLLM is down or still loading the model.
+# /health/ready answers 200 only while the gateway takes requests: the backend
+# answers its own /health and the gateway is not draining; it needs no API key. So
+# the container reads "unhealthy" while vLLM is down or still loading the model.
 # SABER_HEALTHCHECK_URL overrides the URL (e.g. when saber-sim runs from this image).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
-  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ.get('SABER_HEALTHCHECK_URL') or 'http://127.0.0.1:%s/health' % os.environ.get('SABER_PORT', '8080'), timeout=4)"]
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ.get('SABER_HEALTHCHECK_URL') or 'http://127.0.0.1:%s/health/ready' % os.environ.get('SABER_PORT', '8080'), timeout=4)"]
+
+# Shutdown: SIGTERM drains the gateway (new and queued requests get 503, running
+# ones may finish for SABER_DRAIN_TIMEOUT_S, the rest get an error event), then it
+# exits. Give it a grace period of at least the drain timeout plus 5 s before
+# SIGKILL: 40 s here (docker stop -t 40; compose's stop_grace_period: 40s;
+# docs/deploy.md, "Stopping").
+ENV SABER_DRAIN_TIMEOUT_S=30
+STOPSIGNAL SIGTERM
 
 ENTRYPOINT ["saber-gateway"]

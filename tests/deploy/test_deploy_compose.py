@@ -221,3 +221,31 @@ def test_docker_compose_config_validates(files: list[Path]) -> None:
         [*command, *args, "config", "--quiet"], capture_output=True, text=True, timeout=60, cwd=REPO
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _seconds(duration: str) -> float:
+    """A compose duration ("40s", "1m30s") in seconds."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|m|s|ms)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, duration
+    scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def test_the_grace_period_covers_the_drain(gpu: dict[str, Any]) -> None:
+    """SIGTERM drains the gateway for drain_timeout_s: the Dockerfile, the compose file
+    and docs/deploy.md agree on a grace period that leaves it 5 s or more."""
+    from saber.config import GatewayConfig
+
+    default = GatewayConfig.model_fields["drain_timeout_s"].default
+    gateway = gpu["services"]["gateway"]
+    grace = _seconds(gateway["stop_grace_period"])
+    drain = float(_env(gateway)["SABER_DRAIN_TIMEOUT_S"])
+    dockerfile = (REPO / "Dockerfile").read_text()
+    baked = re.search(r"^ENV SABER_DRAIN_TIMEOUT_S=(\d+)$", dockerfile, re.M)
+    told = re.search(r"docker stop -t (\d+)", dockerfile)
+    assert baked and told and "STOPSIGNAL SIGTERM" in dockerfile
+    assert float(baked[1]) == drain == default
+    assert float(told[1]) == grace >= drain + 5
+    doc = (REPO / "docs" / "deploy.md").read_text()
+    assert f"`stop_grace_period` for the\ngateway is {grace:.0f} s" in doc
+    assert f"SABER_DRAIN_TIMEOUT_S={drain:.0f}" in doc and f"docker stop -t {grace:.0f}" in doc

@@ -62,3 +62,26 @@ def call_in_loop(gw: RunningGateway, fn: Callable[[], Any]) -> Any:
     loop.call_soon_threadsafe(run)
     assert isinstance(loop, asyncio.AbstractEventLoop)
     return fut.result(timeout=5)
+
+
+def start_fake(factory: GatewayFactory, fake: Any, **overrides: Any) -> RunningGateway:
+    """A gateway in front of ``fake`` (a MockTransport backend such as FakeVllm): a vLLM
+    with one model, its load never read."""
+    from fake_vllm import MODEL
+
+    base = {
+        "backend.kind": "vllm",
+        "backend.model": MODEL,
+        "backend.metrics_interval_s": 0,
+    }
+    return factory("http://vllm.invalid", transport=fake.transport(), **{**base, **overrides})
+
+
+def requests_total(gw: RunningGateway, outcome: str | None = None) -> float:
+    """``saber_requests_total`` (for one outcome, or all), read from the app's registry."""
+    total = 0.0
+    for family in gw.gateway.metrics.requests.collect():
+        for s in family.samples:
+            if s.name.endswith("_total") and outcome in (None, s.labels["outcome"]):
+                total += s.value
+    return total

@@ -79,7 +79,8 @@ def test_min_tokens_ignored_and_n_predict_read(gateway_factory: GatewayFactory) 
         assert resp.status_code == 200, resp.text
     # llama.cpp ignores min_tokens; its n_predict wins over max_tokens (-1: no cap).
     assert offered_tokens(gw) == [43, 43]
-    assert fake.posts[1]["n_predict"] == -1  # passed through untouched
+    # No cap (-1) on a task type the client named: clamped to code_qna's max_tokens.
+    assert fake.posts[1]["n_predict"] == 256 and fake.posts[1]["max_tokens"] == 10
 
 
 def test_an_error_event_is_followed_by_done(gateway_factory: GatewayFactory) -> None:

@@ -91,14 +91,14 @@ def test_min_tokens_raise_the_expected_tokens(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
     gw = gateway_factory(sim.url, trace=True)
-    body = {"model": sim.model, "prompt": "x", "max_tokens": 400, "min_tokens": 300}
+    body = {"model": sim.model, "prompt": "x", "max_tokens": 250, "min_tokens": 200}
     resp = httpx.post(
         gw.url + "/v1/completions", json=body, headers={"x-saber-task": "code_qna"}, timeout=10
     )
-    assert resp.json()["usage"]["completion_tokens"] >= 300  # the engine honours it
+    assert resp.json()["usage"]["completion_tokens"] >= 200  # the engine honours it
     trace = gw.gateway.admission.trace or []
     offers = [e.arg for e in trace if e.call == "offer" and isinstance(e.arg, SchedRequest)]
-    assert [r.tokens for r in offers] == [300]  # not code_qna's 43
+    assert [r.tokens for r in offers] == [200]  # not code_qna's 43
 
 
 def test_without_polling_the_load_gauges_are_absent(

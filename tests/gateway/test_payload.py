@@ -55,7 +55,7 @@ def test_client_usage_request_is_remembered() -> None:
 def test_max_tokens_and_max_completion_tokens() -> None:
     assert parse("chat", body(messages=[{}], max_tokens=50)).max_tokens == 50
     assert (
-        parse("chat", body(messages=[{}], max_completion_tokens=20, max_tokens=50)).max_tokens == 20
+        parse("chat", body(messages=[{}], max_completion_tokens=20, max_tokens=50)).max_tokens == 50
     )
     assert parse("chat", body(messages=[{}])).max_tokens is None
 
@@ -96,11 +96,13 @@ def test_min_tokens_is_a_floor_where_the_engine_honours_it() -> None:
         p = parse("completions", body(prompt="x", max_tokens=400, min_tokens=300), DIALECTS[kind])
         assert p.min_tokens == 300
     assert parse("completions", body(prompt="x", min_tokens=300)).min_tokens == 300
-    # Never above the cap; a bad value is the backend's to refuse.
+    # Never above the cap; null is no floor; anything but a token count is a 400.
     assert parse("chat", body(messages=[{}], max_tokens=10, min_tokens=300)).min_tokens == 10
-    for bad in ("300", -3, True, None, 2.5):
-        raw = body(prompt="x", max_tokens=100, min_tokens=bad)
-        assert parse("completions", raw).min_tokens == 0
+    assert parse("completions", body(prompt="x", min_tokens=None)).min_tokens == 0
+    for bad in ("300", -3, True, 2.5, 2**24 + 1):
+        with pytest.raises(GatewayError) as info:
+            parse("completions", body(prompt="x", max_tokens=100, min_tokens=bad))
+        assert info.value.param == "min_tokens"
 
 
 def test_llamacpp_ignores_min_tokens() -> None:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from saber.config._errors import ConfigError
 from saber.config._tasks import (
@@ -158,6 +158,25 @@ class TaskRule(BaseModel):
     )
 
 
+KeyName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+
+
+class ApiKey(BaseModel):
+    """A client key with a name (what metrics and logs show) and what it may do."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: KeyName | None = Field(default=None, description="default: key<N>, its position")
+    key: Annotated[SecretStr, Field(min_length=1)]
+    tasks: list[Name] = Field(
+        default_factory=list, description="the task types it may use; empty: all"
+    )
+    default_task: Name | None = Field(
+        default=None, description="its task when the request names none it may use"
+    )
+    max_tokens: int | None = Field(default=None, ge=1, description="a cap on max_tokens")
+
+
 class GatewayConfig(BaseModel):
     """Everything saber-gateway needs to serve; see configs/gateway.yaml."""
 
@@ -186,13 +205,37 @@ class GatewayConfig(BaseModel):
         default=None,
         description="learned lengths, calibration and live curve, kept across restarts",
     )
-    api_keys: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    api_keys: list[Annotated[str, Field(min_length=1)] | ApiKey] = Field(default_factory=list)
+    metrics_keys: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, description="bearer tokens that may read /metrics besides api_keys"
+    )
+    metrics_public: bool = Field(default=False, description="/metrics needs no key")
+    task_max_tokens: Literal["clamp", "reject", "off"] = Field(
+        default="clamp",
+        description="a request above its cap (the task's, when the client named the task by "
+        "header or <model>:<task>; its key's): lowered to it, refused with 400, or let through",
+    )
     tasks: dict[str, TaskType] = Field(default_factory=lambda: load_tasks())
     default_task: str = "code_generation"
     aliases: dict[Annotated[str, Field(min_length=1)], AliasTarget] = Field(default_factory=dict)
     rules: list[TaskRule] = Field(default_factory=list)
     queued_comment_interval_s: float = Field(default=3.0, gt=0)
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, description="a request's headers must arrive within this"
+    )
+    body_timeout_s: float = Field(
+        default=60.0, gt=0, description="a request's body must arrive within this"
+    )
+    max_client_connections: int = Field(
+        default=1024, ge=1, description="open client connections; past it, 503 and close"
+    )
+    drain_timeout_s: float = Field(
+        default=30.0, ge=0, description="on SIGTERM, how long running requests may finish"
+    )
+    reload_interval_s: float = Field(
+        default=0.0, ge=0, description="how often the files are checked for a change; 0: never"
+    )
     seed: int | None = Field(default=None, description="the scheduler's random window")
     log_requests: bool = True
 
@@ -211,7 +254,33 @@ class GatewayConfig(BaseModel):
             check(f"aliases.{alias}.task", target.task)
         for i, rule in enumerate(self.rules):
             check(f"rules.{i}.task", rule.task)
+        names: set[str] = set()
+        secrets: set[str] = set()
+        for i, key in enumerate(self.client_keys()):
+            where = f"api_keys.{i}"
+            for task in key.tasks:
+                check(f"{where}.tasks", task)
+            if key.default_task is not None:
+                check(f"{where}.default_task", key.default_task)
+                if key.tasks and key.default_task not in key.tasks:
+                    raise ValueError(f"{where}.default_task: not one of the key's tasks")
+            if key.name in names:
+                raise ValueError(f"{where}.name: {key.name!r} is used twice")
+            secret = key.key.get_secret_value()
+            if secret in secrets:
+                raise ValueError(f"{where}.key: the same key is listed twice")
+            names.add(key.name or "")
+            secrets.add(secret)
         return self
+
+    def client_keys(self) -> list[ApiKey]:
+        """``api_keys`` as objects, each named (``key1``, ``key2``... by position)."""
+        return [
+            ApiKey(name=f"key{i}", key=SecretStr(k))
+            if isinstance(k, str)
+            else (k if k.name else k.model_copy(update={"name": f"key{i}"}))
+            for i, k in enumerate(self.api_keys, start=1)
+        ]
 
     def profile_path(self) -> Path:
         """The profile to load: the configured one, else the shipped default."""
@@ -233,9 +302,14 @@ def _env_kind(annotation: Any) -> EnvKind:
     origin = typing.get_origin(annotation)
     if origin is list:
         (item,) = typing.get_args(annotation)
-        if typing.get_origin(item) is Annotated:
-            item = typing.get_args(item)[0]
-        return "list" if item is str else "yaml"
+        options = (
+            typing.get_args(item)
+            if typing.get_origin(item) in (typing.Union, types.UnionType)
+            else (item,)
+        )
+        plain = [typing.get_args(o)[0] if typing.get_origin(o) is Annotated else o for o in options]
+        # Strings, or strings and objects (api_keys): comma-separated, or YAML from "[".
+        return "list" if str in plain else "yaml"
     if origin is dict:
         return "yaml"
     return "scalar"

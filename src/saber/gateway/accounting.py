@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from saber.gateway.access_log import log_request
+from saber.gateway.honesty import overran
 from saber.scheduler import Outcome
 
 if TYPE_CHECKING:
@@ -47,8 +48,16 @@ def account(
             m.speed.observe(flow.tokens / (end - admitted))
     if flow.tokens:
         m.tokens.inc(flow.tokens)
+    overrun = overran(flow.task, flow.tokens)
+    if overrun:
+        m.overruns.inc()
+    if flow.key is not None:
+        gw.metrics.key_requests.labels(flow.key.name, outcome.value).inc()
     if gw.config.log_requests:
-        log_request(_fields(flow, outcome, status, error, queue_s, ttft, latency, sla_met))
+        fields = _fields(flow, outcome, status, error, queue_s, ttft, latency, sla_met)
+        fields["key"] = flow.key.name if flow.key is not None else None
+        fields["overrun"] = overrun
+        log_request(fields)
 
 
 def _fields(

@@ -176,6 +176,10 @@ class Admission:
             self._slot_freed(now)
         self._after_leaving("cancel", now, req.id)
 
+    def poke(self) -> None:
+        """Poll the scheduler now (its settings changed: it may admit)."""
+        self._record("poll", self.now(), None, self.scheduler.poll(self.now()))
+
     def close(self) -> None:
         """Stop the timer (at shutdown)."""
         if self._timer is not None:

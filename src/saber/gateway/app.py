@@ -67,6 +67,10 @@ class GatewayApp:
     routing and dependency layers cost about a third of the gateway's own time per
     request (bench/overhead.py), which every relayed request would pay; the handler
     is the same one FastAPI's routes call.
+
+    Access is checked here, once for every route (``access``): a completion request
+    checks its key where its flow is accepted, so that a refusal is counted like any
+    other outcome; any other route without a valid key gets its 401 here.
     """
 
     def __init__(self, api: FastAPI, gateway: Gateway) -> None:
@@ -75,15 +79,28 @@ class GatewayApp:
         self.state = api.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = COMPLETION_ROUTES.get(scope.get("path", "")) if scope["type"] == "http" else None
-        if endpoint is None or scope["method"] != "POST":
+        if scope["type"] != "http":
             await self.api(scope, receive, send)
             return
+        endpoint = COMPLETION_ROUTES.get(scope.get("path", ""))
+        if endpoint is None or scope["method"] != "POST":
+            refused = self.gateway.access.route(scope)
+            if refused is not None:
+                self.gateway.metrics.auth_failures.inc()
+                await refused(scope, receive, send)
+                return
+            await self.api(scope, receive, send)
+            return
+        drain = self.gateway.drain
+        drain.enter()
         try:
-            response = await completion(self.gateway, Request(scope, receive), endpoint)
-        except Exception as exc:  # before its flow existed (a gateway not started)
-            response = await _unexpected(Request(scope), exc)
-        await response(scope, receive, send)
+            try:
+                response = await completion(self.gateway, Request(scope, receive), endpoint)
+            except Exception as exc:  # before its flow existed (a gateway not started)
+                response = await _unexpected(Request(scope), exc)
+            await response(scope, receive, send)
+        finally:
+            drain.leave()
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -7,7 +7,8 @@ it), and the flow is finalized as cancelled. Otherwise the relay (or the
 scheduler's REJECT, or a failure) decides the outcome, the flow is finalized with
 it, and only then does the client get the last bytes of its answer. Any exception
 on the way is finalized as ``internal_error``: a 500, or on a stream already
-begun an error event and ``data: [DONE]``.
+begun an error event and ``data: [DONE]``. The drain (``drain``) interrupts an
+exchange the same way, with an outcome of its own, and the client is answered.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from saber.gateway.downstream import (
     error_ending,
     saber_headers,
 )
+from saber.gateway.drain import drain_timeout_error, draining_error
 from saber.gateway.errors import GatewayError, internal
 from saber.gateway.flow import Flow
 from saber.gateway.payload import PATHS
@@ -49,10 +51,13 @@ class Exchange(Response):
     def __init__(self, flow: Flow) -> None:
         super().__init__(status_code=200)
         self.flow = flow
+        self._main: asyncio.Future[None] | None = None
+        self._started = False
+        self._interrupt: Outcome | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         out = Downstream(send, completions=self.flow.endpoint == "completions")
-        main = asyncio.ensure_future(self._serve(out))
+        main = self._main = asyncio.ensure_future(self._serve(out))
         watch = asyncio.ensure_future(_disconnected(receive))
 
         def client_left(_: object) -> None:
@@ -61,6 +66,8 @@ class Exchange(Response):
                 main.cancel()
 
         watch.add_done_callback(client_left)
+        exchanges = self.flow.gw.drain.exchanges
+        exchanges.add(self)
         try:
             await main
         except asyncio.CancelledError:
@@ -68,14 +75,33 @@ class Exchange(Response):
             if me is not None and me.cancelling():
                 raise  # the server is shutting down; the client leaving ends here
         finally:
+            exchanges.discard(self)
             watch.cancel()
 
+    def interrupt(self, outcome: Outcome, *, only_queued: bool) -> None:
+        """End the exchange with ``outcome`` (the drain): one still waiting in its queue,
+        or, unless ``only_queued``, one being relayed too. The client is answered."""
+        main = self._main
+        if main is None or not self._started or main.done() or self.flow.outcome is not None:
+            return  # not begun: it sees the drain itself
+        if only_queued and self.flow.left_queue is not None:
+            return
+        if self._interrupt is None:
+            self._interrupt = outcome
+            main.cancel()
+
     async def _serve(self, out: Downstream) -> None:
+        self._started = True
         try:
             ending = await self._exchange(out)
         except asyncio.CancelledError:
-            self._finalize(out, _cancelled())
-            raise
+            if self._interrupt is None:
+                self._finalize(out, _cancelled())
+                raise
+            me = asyncio.current_task()
+            if me is not None:
+                me.uncancel()
+            ending = self._interrupted(self._interrupt)
         except OSError:  # the client's connection broke while we wrote to it
             self._finalize(out, _cancelled())
             return
@@ -85,6 +111,12 @@ class Exchange(Response):
         ending = self._finalize(out, ending)
         with contextlib.suppress(OSError):  # gone at the last moment: it is served
             await out.finish(ending)
+
+    def _interrupted(self, outcome: Outcome) -> Ending:
+        if outcome is Outcome.REJECTED_DRAINING:
+            return error_ending(self.flow, draining_error())
+        err = drain_timeout_error(self.flow.gw.config.drain_timeout_s)
+        return error_ending(self.flow, err, tokens=self.flow.tokens)
 
     def _finalize(self, out: Downstream, ending: Ending) -> Ending:
         """Finalize the flow with ``ending``; the ending to send, which is a 500 if
@@ -104,6 +136,8 @@ class Exchange(Response):
 
     async def _exchange(self, out: Downstream) -> Ending:
         flow, gw = self.flow, self.flow.gw
+        if gw.drain.draining:  # it was accepted as the drain began
+            return error_ending(flow, draining_error())
         decision = await self._admission(out)
         flow.decided(decision)
         if decision.action is Action.REJECT:

@@ -24,6 +24,7 @@ from saber.gateway.tasks import Endpoint, Via
 from saber.scheduler import Decision, Outcome, SchedRequest
 
 if TYPE_CHECKING:
+    from saber.gateway.access import Key
     from saber.gateway.state import Gateway
 
 log = logging.getLogger(GATEWAY_LOGGER)
@@ -40,6 +41,7 @@ class Flow:
         self.arrival = self.clock()  # the one arrival stamp: deadline, wait, TTFT, latency
         self.id = gw.admission.new_id()
         self.endpoint = endpoint
+        self.key: Key | None = None  # the client's API key, when keys are configured
         self.task: TaskType | None = None
         self.via: Via | None = None
         self.call: Call | None = None

@@ -78,6 +78,11 @@ class Learning:
             return None
         return statistics.median(self._profile_ratios)
 
+    def new_profile(self, profile: SpeedModel) -> None:
+        """A reload brought another profile: compare the engine with it from now on."""
+        self.profile = profile
+        self._profile_ratios.clear()
+
     # -- the refit loop ----------------------------------------------------------------
 
     async def start(self) -> None:

@@ -73,6 +73,7 @@ class TaskSeries:
     speed: Any
     demotions: Any
     tokens: Any
+    overruns: Any
 
 
 class GatewayMetrics:
@@ -144,6 +145,44 @@ class GatewayMetrics:
             ["task"],
             registry=r,
         )
+        self.overruns = Counter(
+            "saber_task_overrun",
+            "Requests that generated more tokens than their task type's max_tokens.",
+            ["task"],
+            registry=r,
+        )
+        self.key_requests = Counter(
+            "saber_key_requests",
+            "Requests by the name of the API key they carried (configured names only), "
+            "and how they left.",
+            ["key", "outcome"],
+            registry=r,
+        )
+        self.connections_refused = Counter(
+            "saber_connections_refused",
+            "Client connections closed by the gateway before a request: over "
+            "max_client_connections (limit, answered 503) or headers not in within "
+            "header_timeout_s (header_timeout, answered 408).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("limit", "header_timeout"):
+            self.connections_refused.labels(reason)
+        self.auth_failures = Counter(
+            "saber_auth_failures",
+            "Requests to routes other than the completions refused for want of a valid key "
+            "(the completions count as outcome unauthorized).",
+            registry=r,
+        )
+        self.reloads = Counter(
+            "saber_config_reloads",
+            "Reloads of the config and the profile (SIGHUP or a change of the files): "
+            "applied, or refused (the file was bad; the old settings stay).",
+            ["result"],
+            registry=r,
+        )
+        for result in ("applied", "refused"):
+            self.reloads.labels(result)
         self.backend_errors = Counter(
             "saber_backend_errors",
             "Backend failures by kind.",
@@ -216,6 +255,7 @@ class GatewayMetrics:
                 speed=self.speed.labels(task),
                 demotions=self.demotions.labels(task),
                 tokens=self.tokens.labels(task),
+                overruns=self.overruns.labels(task),
             )
         return series
 
@@ -256,9 +296,19 @@ class GatewayMetrics:
         )
         waiting.set_function(lambda: gate.waiting)
 
-    def watch(self, scheduler: Callable[[], Scheduler | None], tasks: Iterable[str]) -> None:
-        """Export the scheduler's live state (queues, load, predicted speed)."""
-        self.registry.register(_SchedulerCollector(scheduler, list(tasks)))
+    def watch(self, scheduler: Callable[[], Scheduler | None]) -> None:
+        """Export the scheduler's live state (queues, load, predicted speed), for every
+        task type with series (``add_task``, also on a reload)."""
+        self.registry.register(_SchedulerCollector(scheduler, self._tasks))
+
+    def watch_connections(self, count: Callable[[], int]) -> None:
+        """Export the number of open client connections (``connections``)."""
+        gauge = Gauge(
+            "saber_client_connections",
+            "Client connections open (at most max_client_connections).",
+            registry=self.registry,
+        )
+        gauge.set_function(count)
 
     def watch_learning(self, learning: Learning) -> None:
         """Export what the closed loop has learned (calibration, lengths, the profile)."""
@@ -270,9 +320,9 @@ class GatewayMetrics:
 
 
 class _SchedulerCollector(Collector):
-    def __init__(self, scheduler: Callable[[], Scheduler | None], tasks: list[str]) -> None:
+    def __init__(self, scheduler: Callable[[], Scheduler | None], tasks: Iterable[str]) -> None:
         self._scheduler = scheduler
-        self._tasks = tasks
+        self._tasks = tasks  # live: read at each scrape
 
     def describe(self) -> list[Metric]:
         return list(self._families(None))

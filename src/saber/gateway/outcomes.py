@@ -13,6 +13,11 @@ STATUS: dict[Outcome, int] = {
     Outcome.REJECTED_EXPIRED: 503,
     Outcome.INVALID_REQUEST: 400,
     Outcome.UNAUTHORIZED: 401,
+    Outcome.FORBIDDEN: 403,
+    Outcome.CANCELLED_UPLOAD: 499,
+    Outcome.UPLOAD_TIMEOUT: 408,
+    Outcome.REJECTED_DRAINING: 503,
+    Outcome.DRAIN_TIMEOUT: 503,
     Outcome.BACKEND_UNAVAILABLE: 503,
     Outcome.BACKEND_TIMEOUT: 504,
     Outcome.BACKEND_REJECTED: 400,
@@ -20,4 +25,4 @@ STATUS: dict[Outcome, int] = {
     Outcome.INTERNAL_ERROR: 500,
 }
 """499: the client had gone; for ``backend_rejected`` the backend's own 4xx is passed
-through."""
+through; ``drain_timeout`` on a stream already begun ends it with an error event."""

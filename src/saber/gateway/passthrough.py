@@ -22,12 +22,14 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 from fastapi import APIRouter, Request
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
 from saber import wire
-from saber.gateway.errors import GatewayError
+from saber.gateway import forwarding
+from saber.gateway.errors import GatewayError, invalid
 from saber.gateway.models import model_card
-from saber.gateway.routes import _authorize
+from saber.gateway.payload import read_body
 from saber.gateway.state import Gateway
 from saber.gateway.tasks import BACKEND_MODEL
 from saber.gateway.upstream import BackendFailure, classify, downstream_headers, upstream_headers
@@ -70,22 +72,18 @@ def _relayed_route(path: str) -> Callable[[Request], Awaitable[Response]]:
 
 
 async def relay_other(gw: Gateway, request: Request, path: str) -> Response:
-    """Relay one request of a pass-through route, counted under ``path``."""
+    """Relay one request of a pass-through route, counted under ``path``. Its key was
+    checked with every route's (``access``)."""
     started = time.perf_counter()
     status = 0
     try:
         try:
-            _authorize(gw, request)
-            body = await request.body()
-            if len(body) > gw.config.max_body_bytes:
-                raise GatewayError(
-                    Outcome.INVALID_REQUEST,
-                    f"request body larger than {gw.config.max_body_bytes} bytes",
-                    status=413,
-                    code="request_too_large",
-                )
+            body = await read_body(request, gw.config.max_body_bytes, gw.config.body_timeout_s)
             body = await _real_model(gw, body)
             await gw.passthrough.enter()
+        except ClientDisconnect:
+            status = 499
+            return Response(status_code=499)
         except GatewayError as err:
             status = err.status
             return err.response()
@@ -116,7 +114,7 @@ async def _send(gw: Gateway, request: Request, path: str, body: bytes) -> Respon
     outgoing = httpx.Request(
         request.method,
         upstream.base + path + (f"?{query}" if query else ""),
-        headers=upstream_headers(request.scope["headers"], upstream.settings.api_key),
+        headers=upstream_headers(forwarding.headers(request.scope), upstream.settings.api_key),
         content=body or None,
         extensions={"timeout": upstream.client.timeout.as_dict()},
     )
@@ -139,7 +137,7 @@ async def _real_model(gw: Gateway, body: bytes) -> bytes:
         return body
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return body
     if not isinstance(data, dict) or not isinstance(data.get("model"), str):
         return body
@@ -147,7 +145,10 @@ async def _real_model(gw: Gateway, body: bytes) -> bytes:
     if alias is None:
         return body
     real = alias[1] if alias[1] is not BACKEND_MODEL else await gw.backend_model()
-    return json.dumps({**data, "model": real}, ensure_ascii=False).encode()
+    try:
+        return json.dumps({**data, "model": real}, ensure_ascii=False).encode()
+    except (UnicodeEncodeError, RecursionError, ValueError):
+        raise invalid("the request body cannot be relayed as JSON (a lone surrogate?)") from None
 
 
 for _path, _method in RELAYED.items():
@@ -173,7 +174,6 @@ for _path in REFUSED:
 async def model(request: Request, model_id: str) -> Response:
     gw = _gateway(request)
     try:
-        _authorize(gw, request)
         backend = await gw.backend_models()
     except GatewayError as err:
         return err.response()

@@ -1,24 +1,35 @@
-"""Request bodies: read within a size limit, checked just enough, rewritten minimally.
+"""Request bodies: read within a size and a time limit, checked, rewritten minimally.
 
-The gateway checks only what it relies on (the body is a JSON object; the prompt
-or messages are there; ``max_tokens``, ``stream`` and ``model`` have usable
-types). Everything else is the backend's business, and unknown fields pass
-through untouched: when nothing needs rewriting, the client's bytes go upstream
-as they came.
+The gateway checks what it relies on (the body is UTF-8 JSON, an object, no deeper
+than ``MAX_DEPTH``, with no number JSON cannot carry and no lone surrogate; the
+prompt or messages are there; ``stream`` and ``model`` have usable types) and
+bounds every number that reaches the scheduler or an engine (``fields``).
+Everything else is the backend's business, and unknown fields pass through
+untouched: when nothing needs rewriting, the client's bytes go upstream as they
+came.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 
+from saber.gateway import fields
 from saber.gateway.dialect import VLLM, Dialect
 from saber.gateway.errors import GatewayError, invalid
 from saber.gateway.tasks import Endpoint
 from saber.scheduler import Outcome
+
+MAX_DEPTH = 128
+"""Arrays and objects nested deeper than this are refused (JSON Schemas in tools
+nest a few dozen levels at most)."""
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -33,12 +44,17 @@ class Payload:
     model: str | None
     min_tokens: int = 0  # generated at the least (0 where the backend ignores min_tokens)
 
-    def upstream_body(self, model: str | None) -> bytes:
-        """The body to relay: the client's, with the real model name and, for a
-        stream, ``stream_options.include_usage`` set so that tokens can be counted."""
+    def upstream_body(self, model: str | None, cap: int | None = None) -> bytes:
+        """The body to relay: the client's, with the real model name, each token cap
+        above ``cap`` lowered to it (and ``max_tokens`` set to it if the client sent
+        none), and, for a stream, ``stream_options.include_usage`` set so that
+        tokens can be counted."""
         rewrite_model = model is not None and model != self.model
         ask_usage = self.stream and not self.want_usage
-        if not rewrite_model and not ask_usage:
+        lower = cap is not None and (self.max_tokens is None or self.max_tokens > cap)
+        floor = self.body.get("min_tokens")
+        lower = lower or (cap is not None and isinstance(floor, int) and floor > cap)
+        if not rewrite_model and not ask_usage and not lower:
             return self.raw
         body = dict(self.body)
         if rewrite_model:
@@ -46,6 +62,18 @@ class Payload:
         if ask_usage:
             options = body.get("stream_options")
             body["stream_options"] = {**(options or {}), "include_usage": True}
+        if lower:
+            assert cap is not None
+            # The caps the engine reads are checked integers; n_predict, which vLLM does
+            # not read, may be anything: only an integer is lowered.
+            named = [n for n in fields.CAPS if type(body.get(n)) is int]
+            for name in named:
+                if body[name] == -1 or body[name] > cap:
+                    body[name] = cap
+            if not named:
+                body["max_tokens"] = cap
+            if isinstance(floor, int) and floor > cap:
+                body["min_tokens"] = cap  # vLLM refuses a floor above the cap
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -60,18 +88,29 @@ class Call:
     dialect: Dialect  # the backend's, when the request arrived
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to be too large."""
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The request body, refused with 413 as soon as it is known to be too large, and
+    with 408 if it has not arrived whole within ``timeout_s``. A client that hangs up
+    on the way raises starlette's ClientDisconnect."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+    except TimeoutError:
+        raise GatewayError(
+            Outcome.UPLOAD_TIMEOUT,
+            f"the request body did not arrive within {timeout_s:g} s",
+            code="request_timeout",
+            headers={"connection": "close"},
+        ) from None
     return b"".join(chunks)
 
 
@@ -81,6 +120,7 @@ def _too_large(limit: int) -> GatewayError:
         f"request body larger than {limit} bytes",
         status=413,
         code="request_too_large",
+        headers={"connection": "close"},
     )
 
 
@@ -89,16 +129,7 @@ def parse(endpoint: Endpoint, raw: bytes, dialect: Dialect = VLLM) -> Payload:
 
     The token cap and floor are read as ``dialect``'s engine reads them.
     """
-    if not raw.strip():
-        raise invalid("the request body is empty; expected a JSON object", code="invalid_json")
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise invalid(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise invalid(
-            f"the request body must be a JSON object, not {_kind(body)}", code="invalid_json"
-        )
+    body = _json_object(raw)
 
     if endpoint == "chat":
         messages = body.get("messages")
@@ -119,13 +150,12 @@ def parse(endpoint: Endpoint, raw: bytes, dialect: Dialect = VLLM) -> Payload:
         if not isinstance(prompt, str | list):
             raise invalid("'prompt' must be a string or an array", param="prompt")
 
+    fields.check(endpoint, body, llamacpp_caps=dialect.reads_n_predict)
     max_tokens = _max_tokens(body, dialect)
     min_tokens = 0
     if dialect.honours_min_tokens:
-        value = body.get("min_tokens")
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            # A bad value is the backend's to refuse; a good one is a floor.
-            min_tokens = value if max_tokens is None else min(value, max_tokens)
+        value = body.get("min_tokens") or 0
+        min_tokens = value if max_tokens is None else min(value, max_tokens)
 
     stream = body.get("stream", False)
     if stream is None:
@@ -149,6 +179,89 @@ def parse(endpoint: Endpoint, raw: bytes, dialect: Dialect = VLLM) -> Payload:
     )
 
 
+def _json_object(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 (``invalid_json``) that says why not."""
+    if not raw.strip():
+        raise invalid("the request body is empty; expected a JSON object", code="invalid_json")
+    unusual: list[float] = []
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            unusual.append(value)
+        return value
+
+    def constant(name: str) -> float:  # NaN, Infinity, -Infinity: not JSON
+        unusual.append(float(name.replace("Infinity", "inf")))
+        return unusual[-1]
+
+    try:
+        body = json.loads(raw.decode("utf-8"), parse_float=number, parse_constant=constant)
+    except UnicodeDecodeError as exc:
+        raise invalid(f"the request body is not UTF-8: {exc}", code="invalid_json") from None
+    except RecursionError:
+        raise _too_deep() from None
+    except ValueError as exc:
+        raise invalid(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise invalid(
+            f"the request body must be a JSON object, not {_kind(body)}", code="invalid_json"
+        )
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
+        raise _too_deep()
+    if unusual:
+        name = next((k for k, v in body.items() if _holds_non_finite(v)), None)
+        raise invalid(
+            f"'{name}' holds a number JSON cannot carry ({unusual[0]}): numbers must be finite",
+            param=name,
+        )
+    if _SURROGATE_ESCAPE.search(raw):
+        for key, value in body.items():
+            try:
+                json.dumps({key: value}, ensure_ascii=False).encode()
+            except UnicodeEncodeError:
+                raise invalid(
+                    f"'{key[:40]}' holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
+                    "which is not text",
+                    param=key if key.isprintable() and key.isascii() else None,
+                ) from None
+    return body
+
+
+def _too_deep() -> GatewayError:
+    return invalid(
+        f"the request body nests arrays and objects more than {MAX_DEPTH} deep",
+        code="invalid_json",
+    )
+
+
+def _depth(value: object) -> int:
+    """How deep arrays and objects nest in ``value`` (iteratively: no recursion)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_DEPTH:
+            break
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return deepest
+
+
+def _holds_non_finite(value: object) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 def _max_tokens(body: dict[str, Any], dialect: Dialect) -> int | None:
     """The cap on generated tokens, None for none."""
     names: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
@@ -170,8 +283,11 @@ def _max_tokens(body: dict[str, Any], dialect: Dialect) -> int | None:
         caps[name] = value
     if "n_predict" in caps:  # llama.cpp: n_predict wins over the OpenAI names
         return caps["n_predict"]
+    # The larger: an engine reads one or the other (vLLM's /v1/completions reads only
+    # max_tokens, its chat prefers max_completion_tokens), so a small one beside a
+    # large one would have the scheduler expect less than the engine may generate.
     given = [cap for cap in caps.values() if cap is not None]
-    return min(given) if given else None
+    return max(given) if given else None
 
 
 def _kind(value: object) -> str:

@@ -12,6 +12,7 @@ request has left the scheduler.
 
 from __future__ import annotations
 
+import email.utils
 import json
 from typing import Any
 
@@ -105,8 +106,9 @@ def _forward(meter: StreamMeter, event: bytes) -> bytes:
 
 
 async def _backend_error(flow: Flow, resp: httpx.Response) -> Ending:
-    """A 4xx passes through as the backend sent it; a 503 (llama.cpp still loading
-    its model) stays a 503 with Retry-After; any other 5xx becomes a 502."""
+    """A 4xx passes through as the backend sent it, with its Retry-After (a 429's); a
+    503 (llama.cpp still loading its model) stays a 503 with Retry-After (the
+    backend's, else 1); any other 5xx becomes a 502."""
     try:
         data = await resp.aread()
     except httpx.HTTPError as exc:
@@ -114,17 +116,19 @@ async def _backend_error(flow: Flow, resp: httpx.Response) -> Ending:
     status = resp.status_code
     fault = "status_4xx" if status < 500 else "status_5xx"
     error = f"backend answered {status}"
-    extra = []
+    retry = _retry_after(resp)
+    extra = [] if retry is None else [(b"retry-after", retry)]
     if status < 500:
         outcome = Outcome.BACKEND_REJECTED
     elif status == 503:
         outcome = Outcome.BACKEND_UNAVAILABLE
-        extra = [(b"retry-after", _retry_after(resp))]
+        extra = extra or [(b"retry-after", b"1")]
     else:
         outcome = Outcome.BACKEND_ERROR
+        extra = []
     parsed = _json(data)
     if outcome is Outcome.BACKEND_REJECTED and isinstance(parsed, dict):
-        headers = JSON_HEADERS + saber_headers(flow, outcome.value)
+        headers = JSON_HEADERS + saber_headers(flow, outcome.value) + extra
         return Ending(outcome, status, data, headers, error_event=True, error=error, fault=fault)
     message = f"the backend answered {status}: {wire.error_message(data)}"
     err = GatewayError(
@@ -138,10 +142,17 @@ async def _backend_error(flow: Flow, resp: httpx.Response) -> Ending:
     return ending
 
 
-def _retry_after(resp: httpx.Response) -> bytes:
-    """The backend's Retry-After if it gave whole seconds, else 1."""
+def _retry_after(resp: httpx.Response) -> bytes | None:
+    """The backend's Retry-After as it came, if it is one (whole seconds, or an
+    HTTP-date: RFC 9110, 10.2.3); else None."""
     value = resp.headers.get("retry-after", "").strip()
-    return value.encode() if value.isdigit() and len(value) <= 4 else b"1"
+    if value.isdigit() and len(value) <= 6:
+        return value.encode()
+    try:
+        email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return value.encode("latin-1")
 
 
 def _json(data: bytes) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,9 +11,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
-from saber import wire
+from saber.gateway import forwarding, honesty
 from saber.gateway import payload as payloads
 from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.drain import draining_error
 from saber.gateway.errors import GatewayError, internal, invalid
 from saber.gateway.exchange import Exchange
 from saber.gateway.flow import Flow
@@ -54,12 +54,17 @@ async def completion(gw: Gateway, request: Request, endpoint: Endpoint) -> Respo
     it to an Exchange; or answer it at once. Either way its flow is finalized once."""
     flow = Flow(gw, endpoint)
     try:
+        if gw.drain.draining:
+            raise draining_error()
         await _accept(flow, request)
     except ClientDisconnect:
-        # It never arrived whole: nothing was offered, nothing to count.
-        return Response(status_code=499)
+        # It never arrived whole: nothing was offered; counted, and nobody to answer.
+        message = "the client went away before its request body arrived"
+        return _answer(flow, GatewayError(Outcome.CANCELLED_UPLOAD, message))
     except BackendFailure as failure:
-        err = GatewayError(failure.outcome, failure.message)
+        unavailable = failure.outcome is Outcome.BACKEND_UNAVAILABLE
+        headers = {"retry-after": "1"} if unavailable else None
+        err = GatewayError(failure.outcome, failure.message, headers=headers)
         return _answer(flow, err, fault=failure.kind)
     except GatewayError as err:
         return _answer(flow, err)
@@ -71,12 +76,12 @@ async def completion(gw: Gateway, request: Request, endpoint: Endpoint) -> Respo
 
 async def _accept(flow: Flow, request: Request) -> None:
     """Fill in the flow: its task type, its checked call and its scheduler request."""
-    gw, endpoint = flow.gw, flow.endpoint
-    _authorize(gw, request)
+    gw, endpoint, cfg = flow.gw, flow.endpoint, flow.gw.config
+    flow.key = gw.access.client(request.scope)
     header = request.headers.get("x-saber-task")
     if header is not None:
         flow.task = gw.resolver.task_for_header(header)  # fail before reading the body
-    raw = await payloads.read_body(request, gw.config.max_body_bytes)
+    raw = await payloads.read_body(request, cfg.max_body_bytes, cfg.body_timeout_s)
     dialect = gw.dialect
     payload = payloads.parse(endpoint, raw, dialect)
     res = gw.resolver.resolve(
@@ -87,41 +92,37 @@ async def _accept(flow: Flow, request: Request) -> None:
         body=payload.body,
     )
     flow.task, flow.via = res.task, res.via
+    if flow.key is not None:
+        flow.task = flow.key.task_for(res.task, res.via, gw.tasks)
+        if flow.task is not res.task:
+            flow.via = "default"  # the key's
+    named = honesty.named_by_client(flow.via, payload.model, cfg.aliases)
+    cap = honesty.cap_for(flow.task, named, flow.key, cfg.task_max_tokens)
+    honesty.enforce(payload, flow.task, cap, cfg.task_max_tokens)
     model = res.model
     if model is BACKEND_MODEL:
         model = await gw.backend_model()
     assert model is None or isinstance(model, str)
-    body = payload.upstream_body(model)
-    flow.call = Call(endpoint, payload, body, request.scope["headers"], dialect)
+    body = payload.upstream_body(model, cap)
+    flow.call = Call(endpoint, payload, body, forwarding.headers(request.scope), dialect)
+    max_tokens = payload.max_tokens
+    if cap is not None:
+        max_tokens = cap if max_tokens is None else min(cap, max_tokens)
+    min_tokens = payload.min_tokens if max_tokens is None else min(payload.min_tokens, max_tokens)
     try:
         flow.req = request_for(
-            res.task,
+            flow.task,
             lengths=gw.scheduler.lengths,
             id=flow.id,
             arrival=flow.arrival,
-            max_tokens=payload.max_tokens,
-            min_tokens=payload.min_tokens,
+            max_tokens=max_tokens,
+            min_tokens=min_tokens,
         )
     except ValueError as exc:  # a token count no engine serves
         message = str(exc)
         field = message.split(" ", 1)[0]
         shown = message if len(message) <= 200 else message[:200] + "..."
         raise invalid(shown, param=field if field in payload.body else None) from None
-
-
-def _authorize(gw: Gateway, request: Request) -> None:
-    keys = gw.config.api_keys
-    if not keys:
-        return
-    token = wire.bearer_token(request.headers.get("authorization", ""))
-    if token is not None and any(hmac.compare_digest(token.encode(), key.encode()) for key in keys):
-        return
-    raise GatewayError(
-        Outcome.UNAUTHORIZED,
-        "missing or invalid API key: send 'Authorization: Bearer <key>'",
-        code="invalid_api_key",
-        headers={"www-authenticate": "Bearer"},
-    )
 
 
 def _answer(flow: Flow, err: GatewayError, fault: str | None = None) -> Response:
@@ -140,7 +141,6 @@ def _answer(flow: Flow, err: GatewayError, fault: str | None = None) -> Response
 async def models(request: Request) -> Response:
     gw = _gateway(request)
     try:
-        _authorize(gw, request)
         backend = await gw.backend_models()
     except GatewayError as err:
         return err.response()
@@ -151,26 +151,49 @@ async def models(request: Request) -> Response:
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    """200 when the backend answers its /health, 503 when it does not or answers 5xx;
-    the gateway is up either way."""
+    """200 when the backend answers its /health, 503 when it does not or answers 5xx,
+    or while the gateway drains; the gateway is up either way."""
     gw = _gateway(request)
-    backend: dict[str, Any] = {"url": gw.config.backend.url}
-    try:
-        code, _ = await gw.upstream.get_json("/health", timeout=1.0)
-        backend.update(reachable=True, status_code=code)
-    except BackendFailure as failure:
-        backend.update(reachable=False, error=failure.message)
-    # A backend that answers 5xx is up but not serving (llama.cpp: still loading).
-    ok = backend["reachable"] and backend["status_code"] < 500
-    unwell = "backend_unhealthy" if backend["reachable"] else "backend_unreachable"
+    status, backend = await _readiness(gw)
     body = {
-        "status": "ok" if ok else unwell,
-        "gateway": "ok",
-        "backend": backend,
+        "status": status,
+        "gateway": "draining" if gw.drain.draining else "ok",
+        "backend": {"url": gw.config.backend.url, **backend},
         "in_flight": gw.scheduler.load,
         "queued": gw.scheduler.queued(),
     }
-    return JSONResponse(body, status_code=200 if ok else 503)
+    return JSONResponse(body, status_code=200 if status == "ok" else 503)
+
+
+@router.get("/health/live")
+async def live(request: Request) -> Response:
+    """200 while the process serves HTTP, draining or not (no key needed)."""
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/health/ready")
+async def ready(request: Request) -> Response:
+    """200 when the gateway takes requests: not draining, and the backend answers its
+    /health below 500 (no key needed, so it says no more than that)."""
+    status, _ = await _readiness(_gateway(request))
+    return JSONResponse({"status": status}, status_code=200 if status == "ok" else 503)
+
+
+async def _readiness(gw: Gateway) -> tuple[str, dict[str, Any]]:
+    """``ok``, ``draining``, ``backend_unhealthy`` or ``backend_unreachable``, and what
+    the backend's /health said."""
+    if gw.drain.draining:
+        return "draining", {}
+    backend: dict[str, Any]
+    try:
+        code, _ = await gw.upstream.get_json("/health", timeout=1.0)
+        backend = {"reachable": True, "status_code": code}
+    except BackendFailure as failure:
+        backend = {"reachable": False, "error": failure.message}
+    # A backend that answers 5xx is up but not serving (llama.cpp: still loading).
+    if not backend["reachable"]:
+        return "backend_unreachable", backend
+    return ("ok" if backend["status_code"] < 500 else "backend_unhealthy"), backend
 
 
 @router.get("/metrics")

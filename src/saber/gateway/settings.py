@@ -7,12 +7,21 @@ stops the process with a message instead of failing the first request.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from saber.config import GatewayConfig, load_gateway_config
 from saber.speed import Profile, ProfileError, SpeedModel, load_profile
+
+
+@dataclass(frozen=True)
+class SettingsSource:
+    """Where settings were read from, so that a reload reads them the same way."""
+
+    config_path: Path | None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] | None = None  # None: the process environment, read again
 
 
 @dataclass(frozen=True)
@@ -22,6 +31,8 @@ class GatewaySettings:
     profile_path: Path
     profile_is_default: bool
     """True when no profile was configured and the shipped default is in use."""
+    source: SettingsSource | None = None
+    """How to read them again (a reload); None: they were built in code."""
 
     def speed_model(self) -> SpeedModel:
         return self.profile.speed_model()
@@ -58,4 +69,11 @@ def load_settings(
     overrides: Mapping[str, Any] | None = None,
 ) -> GatewaySettings:
     """Config (flags > environment > file) and profile; ConfigError or ProfileError."""
-    return settings_from_config(load_gateway_config(config_path, env=env, overrides=overrides))
+    settings = settings_from_config(load_gateway_config(config_path, env=env, overrides=overrides))
+    path = Path(config_path) if config_path is not None else None
+    return replace(settings, source=SettingsSource(path, dict(overrides or {}), env))
+
+
+def reload_settings(source: SettingsSource) -> GatewaySettings:
+    """Read settings again from where they came; ConfigError or ProfileError."""
+    return load_settings(source.config_path, env=source.env, overrides=source.overrides)

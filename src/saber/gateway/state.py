@@ -10,13 +10,16 @@ from typing import Any
 import httpx
 
 from saber.config import TaskType
+from saber.gateway.access import Access
 from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.gateway.admission import Admission
 from saber.gateway.backend_watch import BackendWatch, control_client
 from saber.gateway.dialect import Dialect
+from saber.gateway.drain import Drain
 from saber.gateway.gate import PassthroughGate
 from saber.gateway.learning import Learning
 from saber.gateway.metrics import GatewayMetrics
+from saber.gateway.reload import Reloader
 from saber.gateway.settings import GatewaySettings
 from saber.gateway.tasks import TaskResolver
 from saber.gateway.upstream import BackendFailure, Upstream, make_client
@@ -40,6 +43,9 @@ class Gateway:
         self.config = cfg
         self.tasks: dict[str, TaskType] = dict(cfg.tasks)
         self.resolver = TaskResolver(cfg)
+        self.access = Access(cfg)
+        self.drain = Drain(self)
+        self.reloader = Reloader(self)
         self.metrics = GatewayMetrics(self.tasks)
         self.seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**32)
         self.policy = Policy.from_config(cfg)
@@ -49,7 +55,7 @@ class Gateway:
         self.scheduler = Scheduler(
             self.speed, self.policy, tasks=self.tasks, ttft=self.ttft_fit, seed=self.seed
         )
-        self.metrics.watch(lambda: self.scheduler, self.tasks)
+        self.metrics.watch(lambda: self.scheduler)
         self.learning = Learning(self)
         self.metrics.watch_learning(self.learning)
         self.backend = BackendWatch(cfg.backend)
@@ -95,6 +101,7 @@ class Gateway:
         )
         await self.backend.start(control_client(self.config.backend, self._transport))
         await self.learning.start()
+        self.reloader.start()
         s = self.settings
         if s.profile_is_default:
             log.warning(
@@ -127,12 +134,43 @@ class Gateway:
         )
 
     async def stop(self) -> None:
+        await self.reloader.stop()
         await self.learning.stop()
         await self.backend.stop()
         if self._admission is not None:
             self._admission.close()
         if self._upstream is not None:
             await self._upstream.aclose()
+
+    def apply(self, settings: GatewaySettings) -> None:
+        """Swap in reloaded settings (``reload``; the restart-only ones already kept)."""
+        cfg = settings.config
+        old = self.settings
+        self.settings, self.config = settings, cfg
+        for name in cfg.tasks:
+            self.metrics.add_task(name)
+        self.tasks = {**self.tasks, **cfg.tasks}  # a task type gone may still be queued
+        self.resolver = TaskResolver(cfg)
+        self.access = Access(cfg)
+        self.scheduler.reconfigure(
+            cfg.tasks, max_concurrency=cfg.max_concurrency, queue_cap=cfg.queue_cap
+        )
+        if settings.profile != old.profile:
+            self.speed = settings.speed_model()
+            self.scheduler.set_speed_model(self.speed)
+            ttft = settings.profile.ttft_fit
+            self.ttft_fit = ttft.predict if ttft is not None else None
+            self.scheduler.set_ttft(self.ttft_fit)
+            self.learning.new_profile(self.speed)
+        if self._admission is not None:
+            self._admission.poke()  # a higher cap, or a new curve, may admit now
+
+    async def reload(
+        self, settings: GatewaySettings | None = None, *, trigger: str = "call"
+    ) -> bool:
+        """Read the config and profile again (or take ``settings``) and apply them; False
+        if they were refused (logged; the settings in force stay)."""
+        return await self.reloader.reload(settings, trigger=trigger)
 
     def policy_dict(self) -> dict[str, Any]:
         return {**self.policy.as_dict(), "seed": self.seed}

@@ -34,13 +34,15 @@ HOP_BY_HOP = frozenset(
     }
 )
 # Also never forwarded upstream: what the gateway sets itself or keeps to itself
-# (no accept-encoding: the backend answers uncompressed, so chunks pass as they are).
+# (no accept-encoding: the backend answers uncompressed, so chunks pass as they are;
+# no cookie: the client's session with whatever sits in front is not the backend's).
 _NOT_UPSTREAM = HOP_BY_HOP | {
     b"host",
     b"content-length",
     b"authorization",
     b"accept-encoding",
     b"expect",
+    b"cookie",
 }
 # Also never passed back: what the gateway's own server sets itself.
 _NOT_DOWNSTREAM = HOP_BY_HOP | {b"content-length", b"content-encoding", b"date", b"server"}

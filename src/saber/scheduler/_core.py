@@ -8,6 +8,7 @@ simulator (virtual clock) drive the very same object.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 import random
 from collections import deque
@@ -135,6 +136,29 @@ class Scheduler:
         self._f_at: dict[int, float] = {}
         self._f1_raw = f1
         self.calibration = 1.0
+        self._rebuild_times()
+
+    def reconfigure(
+        self,
+        tasks: Mapping[str, TaskType],
+        *,
+        max_concurrency: int | None,
+        queue_cap: int | None,
+    ) -> None:
+        """New task types and caps (a reload). Requests already here keep the deadline
+        they arrived with; useful_s changes their expiry; a task type that is gone
+        still drains from the queues. Call ``poll`` next: a higher cap may admit."""
+        for task in tasks.values():
+            self.lengths.add(task)
+        self.tasks = {**self.tasks, **tasks}
+        self.policy = dataclasses.replace(
+            self.policy, max_concurrency=max_concurrency, queue_cap=queue_cap
+        )
+        self._rebuild_times()
+
+    def set_ttft(self, ttft: TTFTFn | None) -> None:
+        """Swap the TTFT fit (a reload brought another profile)."""
+        self._ttft_fn = ttft
         self._rebuild_times()
 
     def set_calibration(self, value: float) -> None:

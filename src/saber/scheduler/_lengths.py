@@ -158,6 +158,12 @@ class TaskLengths:
         if learn:
             self._est = {name: LengthEstimate(t.expected_tokens) for name, t in self._tasks.items()}
 
+    def add(self, task: TaskType) -> None:
+        """A task type (new, or changed by a reload: its learned lengths are kept)."""
+        self._tasks[task.name] = task
+        if self.learn and task.name not in self._est:
+            self._est[task.name] = LengthEstimate(task.expected_tokens)
+
     def expected(self, task: TaskType, cap: int | None, floor: int = 0) -> int:
         """Tokens a new request of ``task`` is expected to generate."""
         est = self._est.get(task.name)

@@ -19,6 +19,12 @@ class Outcome(StrEnum):
     # Answered by the gateway before the request reached the scheduler.
     INVALID_REQUEST = "invalid_request"
     UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"  # a valid key that may not use the task type it asked for
+    CANCELLED_UPLOAD = "cancelled_upload"  # the client went away before its body arrived
+    UPLOAD_TIMEOUT = "upload_timeout"  # the body did not arrive within its time
+    # The gateway is shutting down (SIGTERM).
+    REJECTED_DRAINING = "rejected_draining"  # arrived or still queued while it drained
+    DRAIN_TIMEOUT = "drain_timeout"  # still running when the drain's time ran out
     # Admitted, then the backend did not serve it.
     BACKEND_UNAVAILABLE = "backend_unavailable"  # refused, reset, unreachable, or its 503
     BACKEND_TIMEOUT = "backend_timeout"  # no answer within the read timeout

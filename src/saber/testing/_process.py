@@ -150,6 +150,19 @@ class EngineProcess:
             with contextlib.suppress(OSError):
                 path.unlink()
 
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the server (SIGTERM to drain saber-gateway, SIGHUP to reload it)."""
+        if self._proc is not None:
+            self._proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the server to exit by itself; its exit status (subprocess's: -N for a
+        signal N). subprocess.TimeoutExpired if it is still running."""
+        assert self._proc is not None
+        code = self._proc.wait(timeout)
+        self._proc = None
+        return code
+
     def restart(self) -> EngineProcess:
         """Stop, then start again on the same port."""
         self.stop()

@@ -1,0 +1,66 @@
+"""Task honesty: a request is scheduled as its task type, so it may not ask for more.
+
+A client that names its task type itself (``X-Saber-Task``, or a model name
+``<model>:<task>``) picks its own deadline, and so its own priority; the task's
+``max_tokens`` is then its cap. A configured alias (``chat``, ``autocomplete``) is,
+like a rule, a mapping the operator chose, and is not capped by its task; a key
+limited to task types cannot use one for another task (``access``). A key's
+``max_tokens`` caps every request made with it. ``task_max_tokens`` says what
+happens to a request above its cap: ``clamp`` (the default) lowers the cap it
+sends to the backend (and sets one where it sent none), ``reject`` refuses it
+with a 400 naming the field (one without a cap is clamped), ``off`` lets it
+through as before.
+
+Whatever the setting, a request that generates more than its task's ``max_tokens``
+is counted in ``saber_task_overrun_total`` (``n`` > 1, a rule or default that
+picked a task for a longer request, an engine that ignores the cap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from saber.config import TaskType
+from saber.gateway.access import Key
+from saber.gateway.errors import invalid
+from saber.gateway.fields import CAPS
+from saber.gateway.payload import Payload
+from saber.gateway.tasks import Via
+
+Mode = Literal["clamp", "reject", "off"]
+
+
+def named_by_client(via: Via, model: str | None, aliases: Mapping[str, object]) -> bool:
+    """The client named the task itself: by header, or as ``<model>:<task>``."""
+    return via == "header" or (via == "alias" and model not in aliases)
+
+
+def cap_for(task: TaskType, named: bool, key: Key | None, mode: Mode) -> int | None:
+    """The most tokens this request may ask for (``named``: the client named the task
+    itself); None: no cap applies."""
+    if mode == "off":
+        return None
+    caps = [task.max_tokens] if named else []
+    if key is not None and key.max_tokens is not None:
+        caps.append(key.max_tokens)
+    return min(caps) if caps else None
+
+
+def enforce(payload: Payload, task: TaskType, cap: int | None, mode: Mode) -> None:
+    """Under ``reject``, a 400 for a request that asks for more than ``cap``."""
+    if cap is None or mode != "reject" or payload.max_tokens is None:
+        return
+    if payload.max_tokens > cap:
+        field = next((n for n in CAPS if payload.body.get(n) == payload.max_tokens), "max_tokens")
+        raise invalid(
+            f"'{field}' is {payload.max_tokens}, above {cap}, the most task type "
+            f"{task.name} (or this API key) may ask for",
+            param=field,
+            code="max_tokens_above_task_cap",
+        )
+
+
+def overran(task: TaskType | None, tokens: int) -> bool:
+    """It generated more than its task allows."""
+    return task is not None and tokens > task.max_tokens

@@ -1,0 +1,165 @@
+"""Reload without restart: on SIGHUP, or when the config or profile file changes.
+
+The settings are read again exactly as at start-up (the same file, environment
+and flags) and the profile they name is loaded, both checked as at start-up,
+off the event loop. A bad file is refused with a log line (``reload refused``)
+and counted; the settings in force stay. Good ones are swapped in at once, between
+two events of the loop, so no request sees half of each: requests already
+accepted keep the task type and deadline they arrived with, and the next ones
+get the new settings.
+
+Applied live: task types, aliases, rules, ``default_task``, keys and the metrics
+access, ``task_max_tokens``, ``max_concurrency``, ``queue_cap``, the profile (the
+scheduler's curve and calibration start again from it), and every limit and
+interval the gateway reads per request or connection. ``RESTART`` lists what a
+reload cannot change: a change there is logged and the running value kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from saber.config import DEFAULT_GATEWAY_CONFIG, ConfigError, GatewayConfig
+from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.settings import GatewaySettings, reload_settings
+from saber.speed import ProfileError
+
+if TYPE_CHECKING:
+    from saber.gateway.state import Gateway
+
+log = logging.getLogger(GATEWAY_LOGGER)
+
+RESTART = (
+    "host",
+    "port",
+    "backend",
+    "policy",
+    "window_size",
+    "order",
+    "protection",
+    "lpq",
+    "calibrate",
+    "learn_lengths",
+    "refit",
+    "state_file",
+    "seed",
+)
+"""Settings read once at start-up: the listening socket, the upstream client, the
+scheduler's policy and random window, the learning loop."""
+
+
+class Reloader:
+    """Reloads one gateway's settings; at most one reload runs at a time."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+        self._lock = asyncio.Lock()
+        self._watch: asyncio.Task[None] | None = None
+
+    async def reload(self, settings: GatewaySettings | None = None, *, trigger: str) -> bool:
+        """Read the settings again (or take ``settings``) and apply them; False if they
+        were refused."""
+        async with self._lock:
+            gw = self.gw
+            if settings is None:
+                source = gw.settings.source
+                if source is None:
+                    log.warning("cannot reload: the settings were not read from files")
+                    return False
+                try:
+                    settings = await asyncio.to_thread(reload_settings, source)
+                except (ConfigError, ProfileError) as exc:
+                    gw.metrics.reloads.labels("refused").inc()
+                    log.error(
+                        "reload refused: the settings in force stay",
+                        extra={"trigger": trigger, "error": str(exc)},
+                    )
+                    return False
+            old = gw.config
+            kept = [f for f in RESTART if getattr(settings.config, f) != getattr(old, f)]
+            config = settings.config.model_copy(update={f: getattr(old, f) for f in kept})
+            changed = _changed(old, config)
+            profile_changed = settings.profile != gw.settings.profile
+            gw.apply(
+                GatewaySettings(
+                    config,
+                    settings.profile,
+                    settings.profile_path,
+                    settings.profile_is_default,
+                    settings.source or gw.settings.source,
+                )
+            )
+            gw.metrics.reloads.labels("applied").inc()
+            if kept:
+                log.warning(
+                    "reload: these settings changed but need a restart; still in force: "
+                    "the old values",
+                    extra={"needs_restart": kept},
+                )
+            log.info(
+                "settings reloaded",
+                extra={
+                    "trigger": trigger,
+                    "changed": changed,
+                    "profile": str(settings.profile_path),
+                    "profile_changed": profile_changed,
+                },
+            )
+            return True
+
+    # -- watching the files --------------------------------------------------------
+
+    def start(self) -> None:
+        if self.gw.settings.source is not None:
+            self._watch = asyncio.get_running_loop().create_task(self._loop(), name="saber-reload")
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+
+    async def _loop(self) -> None:
+        seen = self._stamps()
+        while True:
+            interval = self.gw.config.reload_interval_s
+            await asyncio.sleep(interval or 1.0)
+            if not interval:
+                seen = self._stamps()
+                continue
+            now = self._stamps()
+            if now != seen:
+                seen = now
+                try:
+                    await self.reload(trigger="file change")
+                except Exception:  # a reload must never stop the gateway
+                    log.exception("reloading the settings failed")
+
+    def _stamps(self) -> list[tuple[int, int, int] | None]:
+        source = self.gw.settings.source
+        config = source.config_path if source is not None else None
+        return [_stamp(config or DEFAULT_GATEWAY_CONFIG), _stamp(self.gw.settings.profile_path)]
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _changed(old: GatewayConfig, new: GatewayConfig) -> list[str]:
+    """The settings (top-level names, never their values) that differ."""
+    out: list[str] = []
+    for name in type(new).model_fields:
+        a: Any = getattr(old, name)
+        b: Any = getattr(new, name)
+        if a != b:
+            out.append(name)
+    return out

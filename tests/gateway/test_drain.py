@@ -1,0 +1,231 @@
+"""Graceful drain: SIGTERM refuses new and queued requests, lets running ones finish
+within drain_timeout_s, then ends the rest with an error event and ``[DONE]``.
+Nothing is cut at the TCP level, and every request has its own outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from gateway_support import GatewayFactory
+
+from saber.sim.http import RunningSim, serve_in_thread
+from saber.testing import metric_value, wait_until
+from saber.testing._process import EngineProcess, free_port
+
+SHORT, LONG = 150, 1500  # tokens: about 2 s and about 20 s, at time scale 1 with 40 running
+STREAMS = 40
+DRAIN_S = 5.0
+
+
+@pytest.fixture
+def real_time_sim() -> Iterator[RunningSim]:
+    with serve_in_thread(time_scale=1.0, max_num_seqs=512) as running:
+        yield running
+
+
+def body(sim: RunningSim, tokens: int, stream: bool = True) -> dict[str, Any]:
+    return {
+        "model": sim.model,
+        "prompt": "def f():",
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+
+
+TASK = {"x-saber-task": "code_translation"}  # 12 s SLA, useful for 300 s
+
+
+class Stream(threading.Thread):
+    """One streaming client: keeps every line, and how the connection ended."""
+
+    def __init__(self, url: str, payload: dict[str, Any]) -> None:
+        super().__init__(daemon=True)
+        self.url, self.payload = url, payload
+        self.lines: list[str] = []
+        self.first = threading.Event()
+        self.error: BaseException | None = None
+        self.ended: float | None = None
+
+    def run(self) -> None:
+        try:
+            with httpx.stream("POST", self.url, json=self.payload, headers=TASK, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line:
+                        self.lines.append(line)
+                        self.first.set()
+        except BaseException as exc:  # the gateway must never cut a stream
+            self.error = exc
+        self.ended = time.monotonic()
+        self.first.set()
+
+    def error_event(self) -> dict[str, Any] | None:
+        """The stream's error event (vLLM's mid-stream shape: the status as code)."""
+        for line in self.lines:
+            if line.startswith("data: {") and '"error"' in line:
+                return dict(json.loads(line.removeprefix("data: "))["error"])
+        return None
+
+
+def test_sigterm_with_40_streams_in_flight(
+    real_time_sim: RunningSim, profile_path: Path, tmp_path: Path
+) -> None:
+    """Defect 3 (issue 14): streams still running 5 s after SIGTERM were cut at the TCP
+    level (no error event, no [DONE]) and logged as cancelled_running though the client
+    stayed. Now: readiness fails at once, liveness stays, new and queued requests get
+    503 (or, a stream already told it is queued, an error event) with Retry-After; the
+    20 streams that end within drain_timeout_s end normally; the 20 still running then
+    get an OpenAI error event and [DONE] (outcome drain_timeout); the process exits 0."""
+    sim = real_time_sim
+    port = free_port()
+    log = tmp_path / "gateway.log"
+    argv = [
+        sys.executable, "-m", "saber.gateway.cli", "--backend", sim.url,
+        "--profile", str(profile_path), "--port", str(port), "--log-level", "info",
+    ]  # fmt: skip
+    gateway = EngineProcess(
+        "gateway",
+        argv,
+        port=port,
+        model=sim.model,
+        env={
+            **os.environ,
+            "SABER_DRAIN_TIMEOUT_S": str(DRAIN_S),
+            "SABER_MAX_CONCURRENCY": str(STREAMS),
+            "SABER_QUEUED_COMMENT_INTERVAL_S": "0.2",
+            "SABER_BACKEND_METRICS_INTERVAL_S": "0",
+        },
+        log_path=log,
+    )
+    gateway.start()
+    try:
+        url = gateway.base_url + "/v1/completions"
+        streams = [Stream(url, body(sim, SHORT if i % 2 else LONG)) for i in range(STREAMS)]
+        for s in streams:
+            s.start()
+        for s in streams:
+            assert s.first.wait(30) and s.error is None
+        assert all(s.lines[0].startswith("data: {") for s in streams)
+        queued = Stream(url, body(sim, SHORT))
+        queued.start()
+        assert queued.first.wait(10) and queued.lines == [": queued"]
+        waiting: dict[str, httpx.Response] = {}
+        whole = threading.Thread(
+            target=lambda: waiting.setdefault(
+                "r", httpx.post(url, json=body(sim, SHORT, False), headers=TASK, timeout=60)
+            )
+        )
+        whole.start()
+        assert wait_until(
+            lambda: (
+                metric_value(httpx.get(gateway.base_url + "/metrics").text, "saber_queue_depth")
+                == 2
+            )
+        )
+
+        gateway.send_signal(signal.SIGTERM)
+        sigterm = time.monotonic()
+        probes: dict[str, Any] = {}  # checked below, after the streams
+        for name, call in (
+            ("ready", lambda: httpx.get(gateway.base_url + "/health/ready")),
+            ("live", lambda: httpx.get(gateway.base_url + "/health/live")),
+            ("late", lambda: httpx.post(url, json=body(sim, SHORT, False), headers=TASK)),
+        ):
+            try:
+                probes[name] = call()
+            except httpx.HTTPError as exc:  # refused: the gateway stopped listening
+                probes[name] = exc
+
+        whole.join(10)
+        queued.join(10)
+        code = gateway.wait(DRAIN_S + 15)
+        exited = time.monotonic() - sigterm
+        for s in streams:
+            s.join(5)
+        short = [s for s in streams if s.payload["max_tokens"] == SHORT]
+        long = [s for s in streams if s.payload["max_tokens"] == LONG]
+        for s in streams:
+            assert s.error is None, s.error  # nothing cut
+            assert s.lines[-1] == "data: [DONE]"
+        for s in short:
+            assert s.error_event() is None
+            assert s.ended is not None and s.ended - sigterm < DRAIN_S
+        for s in long:
+            event = s.error_event()
+            assert event is not None and event["code"] == 503
+            assert "drain_timeout_s" in event["message"]
+            assert s.ended is not None and s.ended - sigterm >= DRAIN_S
+        assert code == 0, gateway.log_tail()
+        assert DRAIN_S <= exited < DRAIN_S + 8
+
+        ready, live, late = probes["ready"], probes["live"], probes["late"]
+        assert ready.status_code == 503 and ready.json() == {"status": "draining"}
+        assert live.status_code == 200
+        assert late.status_code == 503 and late.headers["retry-after"] == "1"
+        assert late.json()["error"]["code"] == "rejected_draining"
+        refused = waiting["r"]
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "rejected_draining"
+        assert queued.error is None and queued.lines[-1] == "data: [DONE]"
+        event = queued.error_event()
+        assert event is not None and event["code"] == 503
+        assert "shutting down" in event["message"]
+    finally:
+        gateway.stop(grace_s=5)
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    outcomes = [r["outcome"] for r in records if r.get("logger") == "saber.gateway.requests"]
+    assert sorted(outcomes) == sorted(
+        ["served"] * 20 + ["drain_timeout"] * 20 + ["rejected_draining"] * 3
+    )
+    drained = [r for r in records if r.get("msg") == "drained"]
+    assert drained and drained[0]["interrupted"] == 20
+    assert wait_until(lambda: metric_value(httpx.get(sim.url + "/metrics").text,
+                                           "vllm:num_requests_running") == 0)  # fmt: skip
+
+
+def test_drain_with_nothing_running_ends_at_once(
+    gateway_factory: GatewayFactory, sim: RunningSim
+) -> None:
+    gw = gateway_factory(sim.url, drain_timeout_s=30)
+    resp = httpx.post(
+        gw.url + "/v1/completions", json={"model": sim.model, "prompt": "x", "max_tokens": 3}
+    )
+    assert resp.status_code == 200
+    started = time.monotonic()
+    gw.drain()
+    gw.thread.join(10)
+    assert not gw.thread.is_alive()
+    assert time.monotonic() - started < 3
+
+
+def test_a_whole_answer_still_running_gets_a_503(
+    gateway_factory: GatewayFactory, sim: RunningSim
+) -> None:
+    gw = gateway_factory(sim.url, drain_timeout_s=0.5)
+    got: dict[str, httpx.Response] = {}
+    payload = body(sim, 20_000, False)
+    t = threading.Thread(
+        target=lambda: got.setdefault(
+            "r", httpx.post(gw.url + "/v1/completions", json=payload, timeout=30)
+        )
+    )
+    t.start()
+    assert wait_until(lambda: gw.gateway.scheduler.load == 1)
+    gw.drain()
+    t.join(10)
+    resp = got["r"]
+    assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
+    assert resp.json()["error"]["code"] == "drain_timeout"
+    assert resp.headers["x-saber-outcome"] == "drain_timeout"
+    gw.thread.join(10)
+    assert not gw.thread.is_alive()
