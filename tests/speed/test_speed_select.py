@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from scipy.optimize import OptimizeResult
 
-import saber.speed._fitting as fitting
 from saber.speed import (
     MODELS,
     FitError,
@@ -147,6 +146,6 @@ def test_unconverged_fit_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     def never_converges(fun: Any, x0: np.ndarray, **kwargs: Any) -> OptimizeResult:
         return OptimizeResult(x=np.asarray(x0), cost=next(costs), status=0, message="budget")
 
-    monkeypatch.setattr(fitting, "least_squares", never_converges)
+    monkeypatch.setattr("scipy.optimize.least_squares", never_converges)
     with pytest.raises(FitError, match="usl fit did not converge"):
         USLModel.fit([1.0, 2.0, 4.0, 8.0], [50.0, 45.0, 38.0, 30.0])
