@@ -33,10 +33,10 @@ from saber.profile.report import print_summary
 from saber.profile.requests import Supply, WorkloadSupply, read_dataset
 from saber.profile.session import RunSettings, Session, SessionResult, run_session
 from saber.speed import (
-    BackendInfo,
     FitError,
     FitScore,
     Profile,
+    ProfiledBackend,
     ProfileError,
     ProfilingInfo,
     build_profile,
@@ -281,7 +281,7 @@ def _finish(
         fits.best.model,
         loads,
         speeds,
-        backend=BackendInfo(
+        backend=ProfiledBackend(
             kind=str(backend.kind) if backend else "unknown",
             url=settings.base_url,
             version=backend.version if backend else None,

@@ -11,12 +11,12 @@ from saber.speed._logdecay import LogDecayModel
 from saber.speed._logistic import LogisticModel
 from saber.speed._metrics import mape, r2_score
 from saber.speed._profile import (
-    BackendInfo,
     FitScore,
     LevelSummary,
     ModelInfo,
     PointsSummary,
     Profile,
+    ProfiledBackend,
     ProfilingInfo,
     TTFTFit,
     build_profile,
@@ -33,7 +33,6 @@ __all__ = [
     "MODELS",
     "SPEED_FLOOR",
     "USL_TIE",
-    "BackendInfo",
     "FitError",
     "FitReport",
     "FitScore",
@@ -46,6 +45,7 @@ __all__ = [
     "PointsSummary",
     "Profile",
     "ProfileError",
+    "ProfiledBackend",
     "ProfilingInfo",
     "SoloUSLModel",
     "SpeedModel",

@@ -51,7 +51,7 @@ class PointsSummary(BaseModel):
     levels: list[LevelSummary]
 
 
-class BackendInfo(BaseModel):
+class ProfiledBackend(BaseModel):
     """The serving engine that was profiled."""
 
     model_config = ConfigDict(extra="forbid")
@@ -156,10 +156,9 @@ class Profile(BaseModel):
     mape: FiniteFloat = Field(ge=0.0)
     points: PointsSummary
     samples: list[tuple[Load, Speed]] | None = None
-    backend: BackendInfo
+    backend: ProfiledBackend
     model: ModelInfo
     created_at: AwareDatetime
-    ttft: dict[str, Any] | None = None
     ttft_fit: TTFTFit | None = None
     profiling: ProfilingInfo | None = None
     notes: str | None = None
@@ -228,20 +227,20 @@ def build_profile(
     loads: ArrayLike,
     speeds: ArrayLike,
     *,
-    backend: BackendInfo | Mapping[str, Any] | str,
+    backend: ProfiledBackend | Mapping[str, Any] | str,
     model_name: str,
     notes: str | None = None,
     keep_samples: bool = True,
 ) -> Profile:
     """A profile for a fitted model, scored (R^2, MAPE) and summarised on the given points.
 
-    `backend` is a BackendInfo, a mapping of its fields, or just its kind ("vllm").
+    `backend` is a ProfiledBackend, a mapping of its fields, or just its kind ("vllm").
     """
     x, y = as_points(loads, speeds)
     if isinstance(backend, str):
-        backend = BackendInfo(kind=backend)
-    elif not isinstance(backend, BackendInfo):
-        backend = BackendInfo.model_validate(dict(backend))
+        backend = ProfiledBackend(kind=backend)
+    elif not isinstance(backend, ProfiledBackend):
+        backend = ProfiledBackend.model_validate(dict(backend))
     return Profile(
         kind=model.kind,
         params=model.params,
