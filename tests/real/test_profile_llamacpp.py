@@ -77,8 +77,8 @@ def test_profile_llamacpp(
         print(f"scored {profile.profiling.scoring}:")
         for fit in profile.profiling.fits:
             print(
-                f"  {fit.kind:9s} held-out R^2={fit.r2:.4f} MAPE={100 * fit.mape:.2f}% "
-                f"in-sample R^2={fit.in_sample_r2:.4f}"
+                f"  {fit.kind:9s} level error={fit.level_error:.2%} held-out R^2={fit.r2:.4f} "
+                f"MAPE={100 * fit.mape:.2f}% in-sample R^2={fit.in_sample_r2:.4f}"
             )
     assert per_level == dict.fromkeys(LEVELS, 20)
     assert best.kind == profile.kind

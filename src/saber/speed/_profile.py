@@ -106,15 +106,18 @@ class TTFTFit(BaseModel):
 class FitScore(BaseModel):
     """One speed model's fit during profiling, scored on held-out load levels.
 
-    `r2` and `mape` are over the held-out requests; `level_r2` over the held-out
-    levels' mean speeds, which leaves out the spread between requests at one load;
-    `in_sample_r2` over every point, of the model refitted on all of them.
+    `level_error` ranks the models (`saber.speed.select_model`): the mean relative error
+    of the curve at the levels' mean speeds, each level predicted by a fit without it
+    where it can be. `r2` and `mape` are over the held-out requests; `level_r2` over the
+    held-out levels' mean speeds, which leaves out the spread between requests at one
+    load; `in_sample_r2` over every point, of the model refitted on all of them.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     kind: str
     params: dict[str, FiniteFloat]
+    level_error: FiniteFloat | None = Field(default=None, ge=0.0)
     r2: FiniteFloat = Field(le=1.0)
     mape: FiniteFloat = Field(ge=0.0)
     level_r2: FiniteFloat | None = Field(default=None, le=1.0)
@@ -135,6 +138,7 @@ class ProfilingInfo(BaseModel):
     endpoint: str
     levels: list[Annotated[int, Field(ge=1)]]
     held_out_levels: list[Annotated[int, Field(ge=1)]] = []
+    cross_validated: bool = False
     scoring: str | None = Field(default=None, description="how the fits' R^2 were scored")
     requests_per_level: Annotated[int, Field(ge=1)]
     warmup: str
