@@ -2,7 +2,7 @@
 
 Nothing here starts unless a test asks for it: the default suite deselects the
 ``vllm`` and ``llamacpp`` tiers. The first request of a session builds whatever the
-cache lacks (``python -m saber.testing prepare`` does it ahead of time).
+cache lacks (``PYTHONPATH=tests python -m harness prepare`` does it ahead of time).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from saber.testing import (
+from harness import (
     EngineGateway,
     EngineProcess,
     start_gateway,

@@ -12,13 +12,13 @@ import httpx
 import pytest
 import yaml
 
+from harness import metric_value, wait_until, write_profile
 from saber.bench import RealRunError, rescale_tasks, run_real, short_sla_tasks
 from saber.bench.cli import main
 from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.gateway import RunningGateway, settings_from_config, start_in_thread
 from saber.sim.http import RunningSim, serve_in_thread
 from saber.speed import USLModel
-from saber.testing import metric_value, wait_until, write_profile
 from saber.workload import generate_trace
 
 PAPER = USLModel(lam=130.0, sigma=0.048, kappa=0.00015)  # flat: a GPU batches well

@@ -20,7 +20,7 @@ from types import TracebackType
 
 import httpx
 
-from saber.testing._cache import cache_dir, tail
+from harness._cache import cache_dir, tail
 
 _LIVE: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
 

@@ -14,9 +14,9 @@ import tarfile
 import time
 from pathlib import Path
 
-from saber.testing._cache import cache_dir, is_ready, locked, log, mark_ready, run
-from saber.testing._gguf import ensure_gguf_model
-from saber.testing._process import EngineProcess, free_port
+from harness._cache import cache_dir, is_ready, locked, log, mark_ready, run
+from harness._gguf import ensure_gguf_model
+from harness._process import EngineProcess, free_port
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 CMAKE_FLAGS = [
