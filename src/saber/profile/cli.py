@@ -33,7 +33,7 @@ from saber.profile.errors import ProfileInterrupted, ProfileRunError
 from saber.profile.feasibility import feasibility
 from saber.profile.points import points_path, read_points
 from saber.profile.report import print_summary
-from saber.profile.run import DEFAULT_POINTS, profile_backend
+from saber.profile.run import DEFAULT_POINTS, DEFAULT_ROUNDS, profile_backend
 from saber.speed import Profile
 
 EXIT_ERROR = 2
@@ -99,10 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"counted requests per level (default ceil({DEFAULT_POINTS} / levels))",
     )
     parser.add_argument(
+        "--rounds",
+        type=_positive,
+        metavar="N",
+        help=f"visits per level, up the levels then down (default {DEFAULT_ROUNDS}); a level "
+        "whose visits disagree is measured again",
+    )
+    parser.add_argument(
         "--warmup",
         type=int,
         metavar="N",
-        help="requests discarded at the start of each level (default: L at load L)",
+        help="requests discarded at the start of each visit to a level (default: L at load L)",
     )
     parser.add_argument("--endpoint", choices=("completions", "chat"), help="default completions")
     parser.add_argument(
@@ -176,6 +183,7 @@ def _main(args: argparse.Namespace, out: Console, err: Console) -> int:
             workloads=None if args.dataset else _workloads(args.workloads, tasks),
             levels=args.levels,
             requests_per_level=args.requests_per_level,
+            rounds=args.rounds,
             warmup=args.warmup,
             endpoint=args.endpoint,
             seed=args.seed,

@@ -24,13 +24,16 @@ def levels_table(recorded: Recorded, held_out: Sequence[float] = ()) -> Table:
         table.add_column(column, justify="left" if column == "note" else "right")
     levels = sorted({p.level for p in recorded.points} | set(recorded.ended))
     for level in levels:
-        pts = [p for p in recorded.points if p.level == level and not p.warmup]
+        pts = recorded.counted(level)
         end = recorded.ended.get(level)
         note = []
         if end is not None and end.status == "saturated":
             note.append(f"saturated (waiting {end.waiting}, running {end.running}): not fitted")
         elif end is None:
             note.append("incomplete")
+        dropped = sorted(r + 1 for lv, r in recorded.dropped if lv == level)
+        if dropped:
+            note.append(f"measured again: round {', '.join(map(str, dropped))} left out")
         if level in held_out:
             note.append("scored, left out")
         if not pts:

@@ -38,6 +38,8 @@ DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_POINTS = 1000
 """Counted requests in all, spread over the levels, unless requests_per_level is given."""
 DEFAULT_WORKLOAD = "W3"
+DEFAULT_ROUNDS = 2
+"""Visits per level: up the levels, then down (see ``saber.profile.session``)."""
 
 
 def profile_backend(
@@ -51,6 +53,7 @@ def profile_backend(
     workloads: Mapping[str, Workload] | None = None,
     levels: Sequence[int] | None = None,
     requests_per_level: int | None = None,
+    rounds: int | None = None,
     warmup: int | None = None,
     endpoint: Endpoint | None = None,
     seed: int | None = None,
@@ -68,9 +71,11 @@ def profile_backend(
     Requests come from ``workload`` (a mix of ``workloads``, whose task types are
     ``tasks``; default W3 of the shipped configs) or from a JSONL ``dataset``. Levels
     default to ``DEFAULT_LEVELS``, with ``DEFAULT_POINTS`` counted requests spread over
-    them; the first ``warmup`` requests of each level (default: L at load L) are not
-    counted. ``resume`` continues the run kept in ``points_path(out)``: its settings
-    apply, and an argument that contradicts them is an error.
+    them, each level's measured in ``rounds`` visits (default ``DEFAULT_ROUNDS``: up the
+    levels, then down; a level whose visits disagree is visited again); the first
+    ``warmup`` requests of each visit (default: L at load L) are not counted.
+    ``resume`` continues the run kept in ``points_path(out)``: its settings apply, and
+    an argument that contradicts them is an error.
 
     Raises ProfileRunError (one line for the operator) when the backend cannot be
     profiled or the points cannot be fitted. On Ctrl-C it raises ProfileInterrupted,
@@ -83,6 +88,7 @@ def profile_backend(
         "endpoint": endpoint,
         "levels": None if levels is None else tuple(sorted(set(levels))),
         "requests_per_level": requests_per_level,
+        "rounds": rounds,
         "warmup": warmup,
         "seed": seed,
     }
@@ -135,7 +141,7 @@ def _resumed(
     model: str,
 ) -> tuple[dict[str, Any], str | None]:
     """The saved settings of a run to resume; ProfileRunError if an argument contradicts them."""
-    saved = recorded.settings
+    saved = {"rounds": 1, **recorded.settings}  # runs from before rounds had one
     for key, value in [*given.items(), ("source", source), ("model", model)]:
         old = saved.get(key)
         if value is not None and _norm(value) != _norm(old):
@@ -160,6 +166,9 @@ def _settings(
     per_level = given["requests_per_level"] or math.ceil(DEFAULT_POINTS / len(levels))
     if per_level < 1:
         raise ProfileRunError("requests per level must be >= 1")
+    rounds = given["rounds"] or DEFAULT_ROUNDS
+    if not 1 <= rounds <= per_level:
+        raise ProfileRunError(f"rounds must be between 1 and the requests per level ({per_level})")
     if given["warmup"] is not None and given["warmup"] < 0:
         raise ProfileRunError("--warmup must be >= 0")
     seed = given["seed"] or 0
@@ -173,6 +182,7 @@ def _settings(
         requests_per_level=per_level,
         warmup=given["warmup"],
         seed=seed,
+        rounds=rounds,
     )
     return settings, supply
 
@@ -242,6 +252,8 @@ def fit_profile(
         cross_validated=fits.cross_validated,
         scoring=fits.scoring,
         requests_per_level=settings.requests_per_level,
+        rounds=settings.rounds,
+        remeasured_levels=sorted({level for level, _ in recorded.dropped}),
         warmup="L requests at load L" if settings.warmup is None else f"{settings.warmup}",
         lengths="forced" if result.lengths_forced else "observed",
         saturated_at=None if saturated is None else saturated.level,
@@ -295,4 +307,4 @@ def _norm(value: Any) -> Any:
     return list(value) if isinstance(value, tuple | list) else value
 
 
-__all__ = ["DEFAULT_LEVELS", "DEFAULT_POINTS", "fit_profile", "profile_backend"]
+__all__ = ["DEFAULT_LEVELS", "DEFAULT_POINTS", "DEFAULT_ROUNDS", "fit_profile", "profile_backend"]

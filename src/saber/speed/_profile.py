@@ -141,6 +141,10 @@ class ProfilingInfo(BaseModel):
     cross_validated: bool = False
     scoring: str | None = Field(default=None, description="how the fits' R^2 were scored")
     requests_per_level: Annotated[int, Field(ge=1)]
+    rounds: Annotated[int, Field(ge=1)] = 1
+    remeasured_levels: list[Annotated[int, Field(ge=1)]] = []
+    """Levels whose rounds disagreed (something else slowed the backend) and were measured
+    again; the rounds that agreed best were kept."""
     warmup: str
     lengths: Literal["forced", "observed"] = "forced"
     saturated_at: Annotated[int, Field(ge=1)] | None = None
