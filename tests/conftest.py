@@ -25,8 +25,9 @@ from harness import (
 # API server), and this VM then stalls every process, timers and all, for tens of
 # seconds at a time: the tests would measure the stalls. Confined to CPU 0 and at a
 # lower priority, it leaves the gateway and the tests a core and the machine responsive
-# (measured: /metrics answers in 5-10 ms instead of not at all for 30 s). llama.cpp
-# keeps both cores: its requests are short, and the profiling tests measure its speed.
+# (measured: /metrics answers in 5-10 ms instead of not at all for 30 s). llama.cpp runs
+# one thread at a raised priority (harness.start_llamacpp): the profiling tests measure
+# its speed, which must not depend on what else the machine runs.
 ENGINE_NICE = 5
 VLLM_CPUS = "0"
 # A hung engine fails a test in two minutes rather than the shipped ten; a busy 2-core
