@@ -30,7 +30,7 @@ from saber.config import GatewayConfig
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=2, help="llama-server's threads")
+    parser.add_argument("--threads", type=int, default=1, help="llama-server's threads (default 1)")
     parser.add_argument("--overload", type=float, default=4.0, help="rate / capacity")
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)

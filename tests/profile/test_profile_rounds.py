@@ -17,7 +17,7 @@ from saber.profile import PointsFile, ProfileRunError, points_path, profile_back
 from saber.profile.requests import RequestSpec
 from saber.profile.session import AGREEMENT, EXTRA_ROUNDS, RunSettings, agree
 from saber.profile.stream import Outcome, Target
-from saber.speed import USLModel
+from saber.speed import USLModel, load_profile
 
 
 def settings(**changes: Any) -> RunSettings:
@@ -109,6 +109,23 @@ def test_a_slowed_round_is_measured_again_and_left_out(engine: FakeEngine, tmp_p
     assert profile.profiling.rounds == 2
     # The fit never saw the slow round: f(4) is the engine's, not 1.5x slower.
     assert profile.speed_model().predict(4.0) == pytest.approx(engine.curve.predict(4.0), rel=0.08)
+
+
+def test_rounds_a_little_apart_are_all_kept_and_averaged(
+    engine: FakeEngine, tmp_path: Path
+) -> None:
+    engine.slow_visits, engine.slow = {(4, 1)}, 1.15  # within OUTLIER of the others
+    out = tmp_path / "p.json"
+    profile_backend(
+        "http://fake", "m", out, dataset=write_dataset(tmp_path / "d.jsonl"),
+        levels=[1, 2, 4], requests_per_level=12, rounds=2,
+    )  # fmt: skip
+    recorded = read_points(points_path(out))
+    assert not recorded.dropped
+    # Visited twice more (the slow round keeps the four apart), every round kept.
+    assert {p.round for p in recorded.counted(4)} == {0, 1, 2, 3}
+    assert recorded.measured(4) == 24 and recorded.measured(2) == 12
+    assert load_profile(out).profiling.remeasured_levels == [4]  # type: ignore[union-attr]
 
 
 def test_rounds_that_never_agree_are_measured_at_most_twice_more(

@@ -5,8 +5,8 @@ llama-server gives a clean load-vs-speed curve (docs/real-backends.md), so the p
 must explain its points well, with the same model kept run after run (usl-solo: a lone
 request runs faster than the batched curve). The engine runs one thread ranked above
 the rest of the machine (``harness.start_llamacpp``), and each level is measured in two
-rounds, one on the way up and one on the way down, a level whose rounds disagree being
-measured again: other work on the machine slows a part of some rounds, not the curve.
+rounds (up, down, up), a level whose rounds disagree being measured again: other work
+on the machine slows a part of some rounds, not the curve.
 On a machine too busy for that the test says so in its failure message.
 """
 
@@ -33,6 +33,10 @@ pytestmark = pytest.mark.llamacpp
 # batched kernels that no speed model is asked to follow.
 LEVELS = (1, 2, 4, 6, 8, 12, 16, 24, 32)
 PER_LEVEL = 12
+# Three rounds (up, down, up) of 4 points: each level's mean averages three spells of
+# whatever else the machine does, which moves this engine's speed by 5-10% even with a
+# core to itself (the other core's work shares its cache and memory bandwidth).
+ROUNDS = 3
 
 
 def short_dataset(path: Path, n: int = 200) -> Path:
@@ -60,6 +64,7 @@ def test_profile_llamacpp(
             "--base-url", llamacpp_engine.base_url, "--model", llamacpp_engine.model,
             "--dataset", str(short_dataset(tmp_path / "short.jsonl")),
             "--levels", ",".join(map(str, LEVELS)), "--requests-per-level", str(PER_LEVEL),
+            "--rounds", str(ROUNDS),
             "--out", str(out), "--no-progress",
         ]
     )  # fmt: skip
@@ -88,7 +93,8 @@ def test_profile_llamacpp(
                 f"  {fit.kind:9s} level error={fit.level_error:.2%} held-out R^2={fit.r2:.4f} "
                 f"MAPE={100 * fit.mape:.2f}% in-sample R^2={fit.in_sample_r2:.4f}"
             )
-    assert per_level == dict.fromkeys(LEVELS, PER_LEVEL)
+    # A level whose rounds disagreed was visited again: more points, never fewer.
+    assert all(n >= PER_LEVEL for n in per_level.values()), per_level
     assert best.kind == profile.kind
     assert best.in_sample_r2 == pytest.approx(profile.r2)
     busy = f"load average {os.getloadavg()} on {os.cpu_count()} CPUs"

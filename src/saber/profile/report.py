@@ -31,9 +31,11 @@ def levels_table(recorded: Recorded, held_out: Sequence[float] = ()) -> Table:
             note.append(f"saturated (waiting {end.waiting}, running {end.running}): not fitted")
         elif end is None:
             note.append("incomplete")
-        dropped = sorted(r + 1 for lv, r in recorded.dropped if lv == level)
-        if dropped:
-            note.append(f"measured again: round {', '.join(map(str, dropped))} left out")
+        rounds = int(recorded.settings.get("rounds", 1))
+        if any(p.level == level and p.round >= rounds for p in recorded.points):
+            dropped = sorted(r + 1 for lv, r in recorded.dropped if lv == level)
+            left_out = f": round {', '.join(map(str, dropped))} left out" if dropped else ""
+            note.append(f"measured again{left_out}")
         if level in held_out:
             note.append("scored, left out")
         if not pts:

@@ -253,7 +253,7 @@ def fit_profile(
         scoring=fits.scoring,
         requests_per_level=settings.requests_per_level,
         rounds=settings.rounds,
-        remeasured_levels=sorted({level for level, _ in recorded.dropped}),
+        remeasured_levels=sorted({p.level for p in recorded.points if p.round >= settings.rounds}),
         warmup="L requests at load L" if settings.warmup is None else f"{settings.warmup}",
         lengths="forced" if result.lengths_forced else "observed",
         saturated_at=None if saturated is None else saturated.level,

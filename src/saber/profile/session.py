@@ -12,14 +12,13 @@ level's points. Something else that slows the backend for a while (another job o
 the machine) then falls on a part of several levels rather than on the whole of
 one, and a slow drift cancels between the way up and the way down. A level whose
 rounds disagree by more than ``AGREEMENT`` is visited again (at most
-``EXTRA_ROUNDS`` times); the rounds that agree best are kept and the others are
-left out of the fit.
+``EXTRA_ROUNDS`` times), so that its mean averages more spells of whatever the
+machine was doing; a round far off the others (``OUTLIER``) is left out of the fit.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -58,6 +57,10 @@ AGREEMENT = 0.10
 
 EXTRA_ROUNDS = 2
 """At most this many more visits to a level whose rounds disagree."""
+
+OUTLIER = 0.20
+"""A round more than 20% off the median of its level's rounds is left out of the fit: the
+backend was stalled or crowded out then. Closer ones are all kept and averaged."""
 
 
 @dataclass(frozen=True)
@@ -322,16 +325,18 @@ class Session:
         return ", ".join(f"{statistics.fmean(v):.1f}" for v in self._rounds(level).values())
 
     def _kept_rounds(self, level: int) -> tuple[int, ...]:
-        """The ``rounds`` rounds of a level that agree best (the smallest spread of means)."""
+        """The rounds of a level the fit keeps: with three or more, all but those whose mean
+        is more than ``OUTLIER`` off the median of the rounds' means (two cannot tell which
+        one is off)."""
         means = {r: statistics.fmean(v) for r, v in self._rounds(level).items()}
-        size = min(self.settings.rounds, len(means))
-        return min(
-            itertools.combinations(means, size),
-            key=lambda kept: max(means[r] for r in kept) / min(means[r] for r in kept),
-        )
+        if len(means) < 3:
+            return tuple(means)
+        middle = statistics.median(means.values())
+        kept = tuple(r for r, mean in means.items() if abs(mean / middle - 1.0) <= OUTLIER)
+        return kept or tuple(means)
 
     def _disagreeing(self) -> list[int]:
-        """Levels whose best rounds still disagree and may be visited again."""
+        """Levels whose kept rounds still disagree and may be visited again."""
         out = []
         for level in self.settings.levels:
             if self._above_saturation(level) or self.settings.rounds < 2:
@@ -346,7 +351,7 @@ class Session:
         return out
 
     def _drop_disagreeing(self) -> None:
-        """Leave out of the fit the rounds of each level beyond the ``rounds`` that agree best."""
+        """Leave out of the fit the rounds of each level that are outliers among its rounds."""
         recorded = self.points.recorded
         for level in self.settings.levels:
             rounds = self._rounds(level)
@@ -450,6 +455,7 @@ def run_session(session: Session) -> SessionResult:
 __all__ = [
     "AGREEMENT",
     "EXTRA_ROUNDS",
+    "OUTLIER",
     "PROBE_TOKENS",
     "RunSettings",
     "Session",

@@ -143,8 +143,8 @@ class ProfilingInfo(BaseModel):
     requests_per_level: Annotated[int, Field(ge=1)]
     rounds: Annotated[int, Field(ge=1)] = 1
     remeasured_levels: list[Annotated[int, Field(ge=1)]] = []
-    """Levels whose rounds disagreed (something else slowed the backend) and were measured
-    again; the rounds that agreed best were kept."""
+    """Levels whose rounds disagreed (something else slowed the backend) and were visited
+    again."""
     warmup: str
     lengths: Literal["forced", "observed"] = "forced"
     saturated_at: Annotated[int, Field(ge=1)] | None = None
