@@ -2,10 +2,13 @@
 requests in flight at the engine and meet more short-SLA requests than the same stream
 sent straight to the engine?
 
-Starts llama-server (the tiny GGUF model, from the cache), runs saber-profile on it,
-rescales the paper's SLAs to its speed, starts saber-gateway with the profile, and
-replays one seeded Poisson stream at ``--overload`` times the measured capacity, once
-each way (``saber-bench real``). Prints the profile and both runs' figures.
+Starts llama-server (the tiny GGUF model, from the cache), profiles it
+(``saber.profile.profile_backend``, what saber-profile runs), rescales the paper's SLAs
+to its speed, starts saber-gateway with the profile, and replays one seeded Poisson
+stream at ``--overload`` times the measured capacity, once each way
+(``saber.bench.run_real``, what ``saber-bench real`` runs). Prints the profile and both
+runs' figures. The engines and the loop are the test harness's (``tests/harness``,
+not part of the installed package): this script puts ``tests/`` on the import path.
 
     .venv/bin/python bench/real_loop.py
     .venv/bin/python bench/real_loop.py --overload 2 --requests 160 --seed 1
@@ -14,17 +17,20 @@ each way (``saber-bench real``). Prints the profile and both runs' figures.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 from typing import get_args
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from harness import real_loop, start_llamacpp
 from saber.config import GatewayConfig
-from saber.testing import real_loop, start_llamacpp
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=2, help="llama-server's threads")
+    parser.add_argument("--threads", type=int, default=1, help="llama-server's threads (default 1)")
     parser.add_argument("--overload", type=float, default=4.0, help="rate / capacity")
     parser.add_argument("--requests", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)

@@ -49,8 +49,11 @@ import yaml
 
 from saber.config import DEFAULT_GATEWAY_CONFIG, DEFAULT_PROFILE_DIR
 from saber.speed import USLModel, load_profile
-from saber.testing import write_profile
-from saber.testing._process import EngineProcess, free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from harness import write_profile
+from harness._process import EngineProcess, free_port
 
 # Task types, how often each arrives, and the mean answer asked for (max_tokens is
 # drawn around it, at most the task's own cap); the engine generates all of it.

@@ -8,9 +8,9 @@ side by side. How and why: bench/third_party.md.
 Without ``--backend`` it starts saber-sim (serving ``tiny``) on a free port; it always
 starts a saber-gateway (the shipped config, its default profile) in front of the
 backend. Each tool is installed once, pinned, in a virtualenv of its own under the
-cache (``saber.testing.cache_dir()/third-party``). Both need a tokenizer: by default
+cache (``harness.cache_dir()/third-party``). Both need a tokenizer: by default
 the tiny one the project writes for its real-engine tests
-(``saber.testing.ensure_hf_model``), a directory; no hub is reached.
+(``harness.ensure_hf_model``), a directory; no hub is reached.
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ from typing import Any
 
 import httpx
 
-from saber.testing import cache_dir, free_port
-from saber.testing._cache import is_ready
-from saber.testing._vllm import HF_MODEL_VERSION, ensure_hf_model
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from harness import cache_dir, free_port
+from harness._cache import is_ready
+from harness._vllm import HF_MODEL_VERSION, ensure_hf_model
 
 TOOLS = {"aiperf": "aiperf==0.13.0", "guidellm": "guidellm==0.8.1"}
 

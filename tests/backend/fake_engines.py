@@ -16,7 +16,7 @@ from expositions import LLAMACPP, VLLM
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from saber.testing import serve_app as serve_testing_app
+from harness import serve_app as serve_testing_app
 
 BUILD_INFO = "b7310-5814b4dce"
 VLLM_VERSION = "0.32.0"

@@ -17,6 +17,7 @@ from fake_engines import (
     vllm_app,
 )
 
+from harness import free_port
 from saber import __version__
 from saber.backend import (
     BackendError,
@@ -28,7 +29,6 @@ from saber.backend import (
     fetch_load,
 )
 from saber.sim.http import RunningSim, serve_in_thread
-from saber.testing import free_port
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,13 @@ import httpx
 import pytest
 import yaml
 
-from saber.bench._real import rescale_tasks, short_sla_tasks
+from harness import metric_value, wait_until, write_profile
+from saber.bench import RealRunError, rescale_tasks, run_real, short_sla_tasks
 from saber.bench.cli import main
 from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.gateway import RunningGateway, settings_from_config, start_in_thread
 from saber.sim.http import RunningSim, serve_in_thread
 from saber.speed import USLModel
-from saber.testing import metric_value, wait_until, write_profile
 from saber.workload import generate_trace
 
 PAPER = USLModel(lam=130.0, sigma=0.048, kappa=0.00015)  # flat: a GPU batches well
@@ -102,6 +102,19 @@ def test_real_replays_one_stream_both_ways(
         return {task: metric_value(text, "saber_requests_total", task=task) for task in per_task}
 
     assert wait_until(lambda: counted() == per_task), (counted(), per_task)
+
+
+def test_run_real_is_the_library_call(sim: RunningSim, gateway: RunningGateway) -> None:
+    lines: list[str] = []
+    result = run_real(
+        sim.url, gateway.url, sim.model, load_tasks(), requests=8, rps=40, seed=1, say=lines.append
+    )
+    assert [run.name for run in result.runs] == ["direct", "gateway"]
+    assert lines == [f"{run}: 8 requests at 40/s (sim engine)" for run in ("direct", "gateway")]
+    assert result.summary("gateway")["requests"] == 8
+    assert result.to_dict()["summaries"] == result.summaries()
+    with pytest.raises(RealRunError, match="unknown workload 'W9'"):
+        run_real(sim.url, gateway.url, sim.model, load_tasks(), workload="W9")
 
 
 def test_real_refuses_slas_the_gateway_does_not_have(

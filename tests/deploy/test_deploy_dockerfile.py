@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import pytest
 from deploy_support import REPO, Stack, find_tool
 
+from harness import free_port
 from saber.config import load_gateway_config
 from saber.gateway import settings_from_config, start_in_thread
-from saber.testing import free_port
 
 DOCKERFILE = REPO / "Dockerfile"
 

@@ -20,7 +20,7 @@ from deploy_support import (
     find_tool,
 )
 
-from saber.testing import free_port, wait_until
+from harness import free_port, wait_until
 
 
 def _promtool(

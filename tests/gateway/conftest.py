@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from gateway_support import SIM_TIME_SCALE, GatewayFactory, settings_for
 
+from harness import write_profile
 from saber.gateway import RunningGateway, start_in_thread
 from saber.sim.http import RunningSim, serve_in_thread
-from saber.testing import write_profile
 
 
 @pytest.fixture(scope="session")

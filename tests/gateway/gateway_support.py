@@ -10,14 +10,14 @@ from typing import Any
 
 import httpx
 
+from harness import GENEROUS, metric_value
 from saber.config import load_gateway_config
 from saber.gateway import GatewaySettings, RunningGateway, settings_from_config
 from saber.sim.http import RunningSim
-from saber.testing import GENEROUS, metric_value
 
 # saber-sim's paper preset does about 63 tokens/s for one request at time scale 1.
 SIM_TIME_SCALE = 20.0
-# The profile the gateway tests know: saber.testing's, f(1) = 600 tokens/s, falling with load.
+# The profile the gateway tests know: the harness's GENEROUS, f(1) = 600 tokens/s, falling.
 KNOWN = GENEROUS
 
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import httpx
 
+from harness import metric_value
 from saber import wire
 from saber.gateway import RunningGateway
 from saber.gateway.meter import StreamMeter
 from saber.scheduler import Action, Decision
-from saber.testing import metric_value
 
 STEPS = (
     "classify",  # the task resolver

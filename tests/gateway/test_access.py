@@ -12,9 +12,9 @@ from fake_vllm import MODEL, FakeVllm
 from gateway_support import GatewayFactory, start_fake
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness import metric_value
 from saber.config import ConfigError, load_gateway_config
 from saber.gateway import RunningGateway
-from saber.testing import metric_value
 
 KEYS: list[Any] = [
     "sk-plain",

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from gateway_support import GatewayFactory, sim_running
 
+from harness import metric_value, wait_until
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim, serve_in_thread
-from saber.testing import metric_value, wait_until
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
 

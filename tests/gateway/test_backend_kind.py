@@ -12,9 +12,9 @@ from fake_llamacpp import BUILD_INFO, ERROR_STREAM, MODEL, USAGE, FakeLlamaCpp, 
 from gateway_support import GatewayFactory
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness import metric_value, wait_until
 from saber.gateway import RunningGateway
 from saber.scheduler import SchedRequest
-from saber.testing import metric_value, wait_until
 
 FAST_SCRAPES = {"backend.metrics_interval_s": 0.1}
 

@@ -15,12 +15,12 @@ import pytest
 from gateway_support import GatewayFactory
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness import wait_until
 from saber import __version__
 from saber.gateway import RunningGateway
 from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.scheduler import SchedRequest
 from saber.sim.http import RunningSim, serve_in_thread
-from saber.testing import wait_until
 
 FAST_SCRAPES = {"backend.metrics_interval_s": 0.1}
 LONG = {"prompt": "x", "max_tokens": 20_000, "ignore_eos": True, "stream": True}

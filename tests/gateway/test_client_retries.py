@@ -39,9 +39,9 @@ import openai
 import pytest
 from gateway_support import GatewayFactory, call_in_loop
 
+from harness import metric_value, wait_until
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim, serve_in_thread
-from saber.testing import metric_value, wait_until
 
 pytestmark = pytest.mark.slow
 

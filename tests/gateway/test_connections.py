@@ -13,8 +13,8 @@ import httpx
 from fake_vllm import MODEL, FakeVllm
 from gateway_support import GatewayFactory, start_fake
 
+from harness import metric_value, wait_until
 from saber.gateway import RunningGateway
-from saber.testing import metric_value, wait_until
 
 REQUEST = (
     b"POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"

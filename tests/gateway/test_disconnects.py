@@ -16,10 +16,10 @@ import httpx
 import pytest
 from gateway_support import GatewayFactory, idle, sim_running
 
+from harness import metric_value, wait_until
 from saber.gateway import RunningGateway
 from saber.scheduler import Action
 from saber.sim.http import RunningSim
-from saber.testing import metric_value, wait_until
 
 LONG = 5000  # tokens: seconds of generation even at the test time scale
 

@@ -18,9 +18,9 @@ import httpx
 import pytest
 from gateway_support import GatewayFactory
 
+from harness import metric_value, wait_until
+from harness._process import EngineProcess, free_port
 from saber.sim.http import RunningSim, serve_in_thread
-from saber.testing import metric_value, wait_until
-from saber.testing._process import EngineProcess, free_port
 
 SHORT, LONG = 150, 1500  # tokens: about 2 s and about 20 s, at time scale 1 with 40 running
 STREAMS = 40

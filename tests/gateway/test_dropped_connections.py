@@ -13,7 +13,7 @@ import httpx
 import pytest
 from gateway_support import GatewayFactory
 
-from saber.testing import metric_value
+from harness import metric_value
 
 REPLY = {
     "id": "cmpl-1",

@@ -10,9 +10,9 @@ import openai
 import pytest
 from gateway_support import GatewayFactory
 
+from harness import metric_value
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
-from saber.testing import metric_value
 
 
 def assert_openai_error(resp: httpx.Response, status: int, param: str | None = None) -> dict:

@@ -30,9 +30,9 @@ from hypothesis.stateful import (
 )
 from injection import STEPS, Injector, counts
 
+from harness import wait_until
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
-from saber.testing import wait_until
 
 CAP = 2
 TASKS = ("code_qna", "code_generation", "code_completion")

@@ -9,10 +9,10 @@ import pytest
 from fake_vllm import MODEL, FakeVllm
 from gateway_support import GatewayFactory, start_fake
 
+from harness import metric_value
 from saber.gateway import RunningGateway
 from saber.scheduler import SchedRequest
 from saber.sim.http import RunningSim
-from saber.testing import metric_value
 
 SUMMARY = {"x-saber-task": "code_summary"}  # max_tokens 128, expects 30
 

@@ -14,9 +14,9 @@ from gateway_support import GatewayFactory
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness import wait_until
 from saber.gateway.access_log import GATEWAY_LOGGER, REQUEST_LOGGER
 from saber.sim.http import RunningSim
-from saber.testing import wait_until
 
 # Refits as soon as 40 requests have finished on three loads, every 0.2 s.
 QUICK_REFIT = {

@@ -14,9 +14,9 @@ import pytest
 from gateway_support import idle
 from injection import STEPS, Injector, applies, counts
 
+from harness import wait_until
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
-from saber.testing import wait_until
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 TOKENS = 8

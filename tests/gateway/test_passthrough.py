@@ -13,9 +13,9 @@ import pytest
 from gateway_support import GatewayFactory
 from vllm_stub import MAX_MODEL_LEN, MODEL, Stub
 
+from harness import metric_value, serve_app
 from saber.gateway.passthrough import RELAYED
 from saber.sim.http import RunningSim
-from saber.testing import metric_value, serve_app
 
 BODIES: dict[str, dict[str, object]] = {
     "/v1/embeddings": {"model": MODEL, "input": ["def add(a, b):", "return a + b"]},

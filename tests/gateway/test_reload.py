@@ -19,13 +19,13 @@ import pytest
 import yaml
 from fake_vllm import MODEL, FakeVllm
 
+from harness import metric_value, wait_until, write_profile
+from harness._process import EngineProcess, free_port
 from saber.config import DEFAULT_GATEWAY_CONFIG
 from saber.gateway import load_settings, start_in_thread
 from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.sim.http import RunningSim
 from saber.speed import USLModel
-from saber.testing import metric_value, wait_until, write_profile
-from saber.testing._process import EngineProcess, free_port
 
 SLOW = USLModel(lam=300.0, sigma=0.1, kappa=0.002)
 

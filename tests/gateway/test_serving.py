@@ -10,9 +10,9 @@ import pytest
 from gateway_support import GatewayFactory, sim_running
 from openai import OpenAI
 
+from harness import metric_value, wait_until
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
-from saber.testing import metric_value, wait_until
 
 MESSAGES = [{"role": "user", "content": "Write a function that reverses a string."}]
 

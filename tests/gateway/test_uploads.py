@@ -14,9 +14,9 @@ import pytest
 from fake_vllm import FakeVllm
 from gateway_support import GatewayFactory, requests_total, start_fake
 
+from harness import wait_until
 from saber.gateway import RunningGateway
 from saber.gateway.access_log import REQUEST_LOGGER
-from saber.testing import wait_until
 
 
 def connect(gw: RunningGateway) -> socket.socket:

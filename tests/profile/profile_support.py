@@ -14,9 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
+from harness import free_port
 from saber.engine import PAPER, Engine, EngineRequest
 from saber.profile.cli import main
-from saber.testing import free_port
 
 
 def write_dataset(

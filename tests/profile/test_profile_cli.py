@@ -33,7 +33,7 @@ def test_profile_written_loaded_and_used_by_the_gateway(
     )  # fmt: skip
     assert code == 0, err
     assert "backend: sim" in err
-    assert "load 8: 8 points" in err
+    assert "load 8 (round 1): 4 points" in err and "load 8 (round 2): 4 points" in err
 
     profile = load_profile(out)
     assert profile.backend.kind == "sim" and profile.backend.url == fast_sim.api_url
@@ -54,8 +54,10 @@ def test_profile_written_loaded_and_used_by_the_gateway(
     recorded = read_points(points_path(out))
     assert recorded.settings["model"] == fast_sim.model
     assert [recorded.measured(level) for level in (1, 2, 4, 8)] == [8, 8, 8, 8]
-    # The first L requests of each level are warm-up (a long one may be cut off by the end).
-    assert 8 <= sum(p.warmup for p in recorded.points) <= 1 + 2 + 4 + 8
+    # The first L requests of each visit to a level are warm-up (two rounds; a long one may
+    # be cut off by the end).
+    assert 8 <= sum(p.warmup for p in recorded.points) <= 2 * (1 + 2 + 4 + 8)
+    assert {p.round for p in recorded.points} == {0, 1} and not recorded.dropped
     assert sorted(recorded.ended) == [1, 2, 4, 8]
     assert all(p.output_tokens == p.max_tokens for p in recorded.points)
 

@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
+from harness import free_port, serve_app
 from saber.profile import points_path
 from saber.sim.http import RunningSim, serve_in_thread
 from saber.speed import load_profile
-from saber.testing import free_port, serve_app
 
 
 def one_error_line(err: str) -> str:

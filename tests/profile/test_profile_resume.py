@@ -54,21 +54,23 @@ def test_interrupt_then_resume(
         assert proc.returncode == 130, stderr
         assert "interrupted:" in stderr and "--resume" in stderr
         assert "Traceback" not in stderr
-        # Two complete levels fit (in-sample), so the interrupted run still wrote a profile.
+        # Levels go up in the first round and down in the second: 8 and 4 are complete,
+        # 1 and 2 half measured. That fits, so the interrupted run still wrote a profile.
         assert load_profile(out).notes is not None and "partial run" in (
             load_profile(out).notes or ""
         )
         assert "wrote" in stdout
         before = read_points(store)
-        assert [before.measured(level) for level in (1, 2)] == [20, 20]
-        kept = [p for p in before.points if p.level in (1, 2)]
+        assert [before.measured(level) for level in (4, 8)] == [20, 20]
+        assert sorted(before.ended) == [4, 8]
+        kept = [p for p in before.points if p.level in (4, 8)]
 
         code, _, err = run_cli(["--base-url", sim.url, *args, "--resume"], capsys)
     assert code == 0, err
     assert "resuming" in err
     after = read_points(store)
     assert [after.measured(level) for level in (1, 2, 4, 8)] == [20, 20, 20, 20]
-    assert [p for p in after.points if p.level in (1, 2)] == kept  # not measured again
+    assert [p for p in after.points if p.level in (4, 8)] == kept  # not measured again
     lines = store.read_text().splitlines()
     assert sum(json.loads(line)["type"] == "run" for line in lines) == 1
     profile = load_profile(out)

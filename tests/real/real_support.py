@@ -12,10 +12,10 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from harness import EngineGateway, EngineProcess, scrape, wait_until
 from saber.config import load_gateway_config
 from saber.gateway import settings_from_config, start_in_thread
 from saber.speed import load_profile
-from saber.testing import EngineGateway, EngineProcess, scrape, wait_until
 
 IN_FLIGHT = "saber_requests_in_flight"
 BACKEND_RUNNING = "saber_backend_requests_running"

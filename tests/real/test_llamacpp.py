@@ -31,7 +31,7 @@ from real_support import (
     wait_until,
 )
 
-from saber.testing import EngineGateway, scrape
+from harness import EngineGateway, scrape
 
 pytestmark = pytest.mark.llamacpp
 

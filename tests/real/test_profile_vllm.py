@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from real_support import served_profile
 
+from harness import EngineProcess
 from saber.profile import points_path, read_points
 from saber.profile.cli import main
 from saber.speed import load_profile
-from saber.testing import EngineProcess
 
 pytestmark = pytest.mark.vllm
 

@@ -1,6 +1,6 @@
 """The real loop on genuine llama.cpp: saber-profile fits the engine, a gateway starts with
 that profile, and one seeded Poisson stream above capacity goes through the gateway and
-straight to the engine (``saber.testing.real_loop``, as ``bench/real_loop.py`` runs it).
+straight to the engine (``harness.real_loop``, as ``bench/real_loop.py`` runs it).
 
 The gateway must keep fewer requests in flight at the engine, and meet the SLA of a
 larger share of the short-SLA requests (code_qna, code_summary). Run with
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from saber.testing import EngineProcess, real_loop, start_llamacpp
+from harness import EngineProcess, real_loop, start_llamacpp
 
 pytestmark = pytest.mark.llamacpp
 
@@ -49,7 +49,7 @@ def test_gateway_beats_the_bare_engine_above_capacity(
                 f"max {s['engine_in_flight_max']:.0f}; short-SLA goodput "
                 f"{s['short_sla_goodput']:.1%}; goodput {s['goodput']:.1%}; errors {s['errors']}"
             )
-    assert report.real["short_sla_tasks"] == ["code_qna", "code_summary"]
+    assert report.real.short_sla_tasks == {"code_qna", "code_summary"}
     assert direct["requests"] == gateway["requests"] == 100
     assert direct["samples"] > 20 and gateway["samples"] > 20
     # Above capacity the bare engine takes everything in: past its 32 slots, requests
@@ -60,7 +60,7 @@ def test_gateway_beats_the_bare_engine_above_capacity(
     assert gateway["short_sla_goodput"] > direct["short_sla_goodput"]
     # Every request was answered; the gateway's only refusals are demoted requests that
     # waited past lpq_timeout_s.
-    runs = {run["name"]: run["served"] for run in report.real["runs"]}
-    errors = [s["error"] for s in runs["gateway"] if s["error"]]
+    runs = {run.name: run.served for run in report.real.runs}
+    errors = [s.error for s in runs["gateway"] if s.error]
     assert all("low-priority queue limit" in e for e in errors), errors
-    assert not any(s["error"] for s in runs["direct"])
+    assert not any(s.error for s in runs["direct"])

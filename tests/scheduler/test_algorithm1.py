@@ -38,6 +38,17 @@ def test_line6_only_the_window_at_the_front_is_considered():
         assert got == expect, window
 
 
+def test_line6_the_window_is_the_oldest_by_arrival_not_by_offer():
+    # The gateway stamps arrival when a request comes in and offers it once its body
+    # is read, so a later arrival can be offered first. The window is the oldest.
+    s = Scheduler(usl(), Policy(window_size=1))
+    s.offer(req("run", 10, 10.0), 0.0)  # running: f(2) = 90.9 from now on
+    s.offer(req("late", 85, 1.0, arrival=0.2), 0.3)  # needs 85 / 0.9 > f(2): held
+    s.offer(req("early", 76, 1.0, arrival=0.1), 0.3)  # needs 95: offered second, came first
+    s.finish("run", 0.3)  # f(1) = 100: room for exactly one of them, the window's
+    assert admitted(s.poll(0.3)) == ["early"]
+
+
 def test_line6_window_is_sampled_in_random_order():
     # Two feasible requests in the window, room for only one: over seeds, both
     # must sometimes win. Without the random sample the head always wins.

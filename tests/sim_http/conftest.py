@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 
+from harness import wait_until
 from saber.sim.http import RunningSim, serve_in_thread
-from saber.testing import wait_until
 
 # Fast enough to keep tests short; these tests check the wire, not timing (the
 # fidelity test runs its own server at a gentler scale).

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from saber.speed import (
-    BackendInfo,
     Profile,
+    ProfiledBackend,
     ProfileError,
     SpeedModel,
     build_profile,
@@ -32,7 +32,7 @@ def profile(truths: dict[str, SpeedModel], make_points: Callable[..., Points]) -
         fit_model("usl", loads, speeds),
         loads,
         speeds,
-        backend=BackendInfo(kind="vllm", url="http://localhost:8000", version="0.6.3"),
+        backend=ProfiledBackend(kind="vllm", url="http://localhost:8000", version="0.6.3"),
         model_name="Qwen/Qwen2.5-Coder-7B-Instruct",
         notes="synthetic",
     )
@@ -86,10 +86,9 @@ def test_optional_parts(truths: dict[str, SpeedModel], tmp_path: Path) -> None:
     )
     assert built.samples is None and built.backend.kind == "sim"
     assert len(built.points.levels) == 64 and built.points.count == 400
-    extra = built.model_copy(update={"ttft": {"kind": "linear", "a": 0.05}})
-    save_profile(extra, tmp_path / "p.json")
+    save_profile(built, tmp_path / "p.json")
     assert "samples" not in json.loads((tmp_path / "p.json").read_text())
-    assert load_profile(tmp_path / "p.json").ttft == {"kind": "linear", "a": 0.05}
+    assert load_profile(tmp_path / "p.json") == built
 
 
 def _valid() -> dict[str, Any]:

@@ -1,7 +1,17 @@
-"""saber-bench: the paper's experiment on the engine model, in virtual time."""
+"""saber-bench: the paper's experiment on the engine model, in virtual time; and the real
+loop (``run_real``), one stream replayed against a live engine with and without the gateway.
+"""
 
 from saber.bench._grid import PAPER_BATCH_SIZES, PAPER_RPS, Cell, Sweep
 from saber.bench._offline import closed_loop_points, fit_variants, profile_engine
+from saber.bench._real import (
+    RealComparison,
+    RealRunError,
+    RunResult,
+    rescale_tasks,
+    run_real,
+    short_sla_tasks,
+)
 from saber.bench._runner import CellResult, RunStats, run_cell, run_sweep
 from saber.bench._summary import Row, WorkloadSummary, summarize_cells, summarize_workloads
 
@@ -10,15 +20,21 @@ __all__ = [
     "PAPER_RPS",
     "Cell",
     "CellResult",
+    "RealComparison",
+    "RealRunError",
     "Row",
+    "RunResult",
     "RunStats",
     "Sweep",
     "WorkloadSummary",
     "closed_loop_points",
     "fit_variants",
     "profile_engine",
+    "rescale_tasks",
     "run_cell",
+    "run_real",
     "run_sweep",
+    "short_sla_tasks",
     "summarize_cells",
     "summarize_workloads",
 ]

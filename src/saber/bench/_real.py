@@ -7,6 +7,8 @@ Both runs send the same requests at the same offsets, with output lengths forced
 admission control is meant to keep down, whichever way the requests came. A request
 meets its SLA when its stream ends within ``sla_s`` of its scheduled arrival, so time
 spent queued in the gateway, or in the engine's own queue, counts against it.
+
+``run_real`` is ``saber-bench real`` as a library call.
 """
 
 from __future__ import annotations
@@ -14,20 +16,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 import httpx
 import numpy as np
 
-from saber.backend import BackendError, BackendKind, fetch_load
-from saber.config import TaskType
+from saber import wire
+from saber.backend import BackendError, BackendKind, detect_kind, fetch_load
+from saber.config import TaskType, load_workloads
 from saber.profile.requests import RequestSpec
 from saber.profile.stream import RequestFailed, Target, send
 from saber.speed import SpeedModel
-from saber.workload import TraceRequest, make_prompt
+from saber.workload import TraceRequest, generate_trace, make_prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,3 +238,126 @@ async def drained(
                 pass
             await asyncio.sleep(every_s)
     return False
+
+
+class RealRunError(Exception):
+    """The real loop cannot run: an engine or gateway unreachable, SLAs that differ, ..."""
+
+
+@dataclass
+class RealComparison:
+    """Both replays of one stream, and which of its task types have short SLAs."""
+
+    runs: list[RunResult]
+    short_sla_tasks: set[str]
+
+    def summaries(self) -> list[dict[str, object]]:
+        return [r.summary(self.short_sla_tasks) for r in self.runs]
+
+    def summary(self, run: str) -> dict[str, object]:
+        """The summary of the run named ``run`` ("direct" or "gateway")."""
+        return next(s for s in self.summaries() if s["run"] == run)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``saber-bench real --out`` writes: the summaries and every request."""
+        return {
+            "short_sla_tasks": sorted(self.short_sla_tasks),
+            "summaries": self.summaries(),
+            "runs": [r.to_dict() for r in self.runs],
+        }
+
+
+def run_real(
+    engine: str,
+    gateway: str,
+    model: str,
+    tasks: Mapping[str, TaskType],
+    *,
+    workload: str = "W3",
+    rps: float = 8.0,
+    requests: int = 120,
+    seed: int = 0,
+    api_key: str | None = None,
+    first: Literal["direct", "gateway"] = "direct",
+    timeout_s: float = 120.0,
+    say: Callable[[str], None] | None = None,
+) -> RealComparison:
+    """Replay one seeded Poisson stream of ``requests`` at ``rps`` against the live
+    ``engine`` (its URL, without /v1) twice: straight to it and through the ``gateway``
+    in front of it, ``first`` first, each once the engine holds nothing.
+
+    ``tasks`` must carry the gateway's SLAs (RealRunError names those that differ);
+    ``workload`` is one of the shipped mixes over them. ``say`` gets a line as each
+    replay starts.
+    """
+    return asyncio.run(
+        _run_real(
+            engine, gateway, model, tasks, workload, rps, requests, seed, api_key, first,
+            timeout_s, say or (lambda _: None),
+        )
+    )  # fmt: skip
+
+
+async def _run_real(
+    engine: str,
+    gateway: str,
+    model: str,
+    tasks: Mapping[str, TaskType],
+    workload: str,
+    rps: float,
+    requests: int,
+    seed: int,
+    api_key: str | None,
+    first: str,
+    timeout_s: float,
+    say: Callable[[str], None],
+) -> RealComparison:
+    workloads = load_workloads(tasks=dict(tasks))
+    if workload not in workloads:
+        raise RealRunError(f"unknown workload {workload!r}")
+    try:
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            kind: BackendKind = await detect_kind(client, engine)
+        slas = await _gateway_slas(gateway, api_key)
+    except (BackendError, httpx.HTTPError, KeyError, ValueError) as exc:
+        raise RealRunError(f"cannot reach the engine or the gateway: {exc}") from None
+    trace = generate_trace(workloads[workload], tasks, rps=rps, n=requests, seed=seed)
+    differ = {
+        t: (tasks[t].sla_s, slas.get(t))
+        for t in workloads[workload].mix
+        if slas.get(t) is None or not math.isclose(tasks[t].sla_s, slas[t], rel_tol=1e-6)
+    }
+    if differ:
+        raise RealRunError(
+            f"the tasks and the gateway disagree on SLAs (task: (tasks, gateway)): {differ}; "
+            "give the gateway's own task types (its config file will do)"
+        )
+    order = ["direct", "gateway"] if first == "direct" else ["gateway", "direct"]
+    runs = []
+    for name in order:
+        if not await drained(engine, kind):
+            raise RealRunError(f"the engine at {engine} is still busy after 120 s")
+        say(f"{name}: {len(trace)} requests at {rps:g}/s ({kind} engine)")
+        via_gateway = name == "gateway"
+        runs.append(
+            await replay(
+                name,
+                trace,
+                tasks,
+                url=gateway if via_gateway else engine,
+                model=model,
+                engine_url=engine,
+                engine_kind=kind,
+                via_gateway=via_gateway,
+                api_key=api_key if via_gateway else None,
+                request_timeout_s=timeout_s,
+            )
+        )
+    return RealComparison(runs, short_sla_tasks(trace, tasks))
+
+
+async def _gateway_slas(url: str, api_key: str | None) -> dict[str, float]:
+    async with httpx.AsyncClient(timeout=10.0, headers=wire.auth_headers(api_key)) as client:
+        resp = await client.get(url.rstrip("/") + "/saber/status")
+    resp.raise_for_status()
+    return {name: t["sla_s"] for name, t in resp.json()["tasks"].items()}

@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import math
 from pathlib import Path
 
-import httpx
 from rich.console import Console
 from rich.table import Table
 
-from saber import wire
-from saber.backend import BackendError, BackendKind, detect_kind
-from saber.bench._real import RunResult, drained, replay, short_sla_tasks
-from saber.config import (
-    DEFAULT_CONFIG_DIR,
-    ConfigError,
-    TaskType,
-    load_workloads,
-    parse_tasks,
-    read_yaml,
-)
-from saber.workload import generate_trace
+from saber.bench._real import RealRunError, run_real
+from saber.config import DEFAULT_CONFIG_DIR, ConfigError, TaskType, parse_tasks, read_yaml
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -64,77 +51,32 @@ def load_task_section(path: Path) -> dict[str, TaskType]:
     return parse_tasks({"tasks": tasks}, path)
 
 
-async def _gateway_slas(url: str, api_key: str | None) -> dict[str, float]:
-    headers = wire.auth_headers(api_key)
-    async with httpx.AsyncClient(timeout=10.0, headers=headers) as client:
-        resp = await client.get(url.rstrip("/") + "/saber/status")
-    resp.raise_for_status()
-    return {name: t["sla_s"] for name, t in resp.json()["tasks"].items()}
-
-
-async def run_real(args: argparse.Namespace, err: Console) -> tuple[list[RunResult], set[str]]:
-    tasks = load_task_section(args.tasks)
-    workloads = load_workloads(tasks=tasks)
-    if args.workload not in workloads:
-        raise SystemExit(f"saber-bench: unknown workload {args.workload!r}")
-    try:
-        async with httpx.AsyncClient(timeout=10.0) as client:
-            kind: BackendKind = await detect_kind(client, args.engine)
-        slas = await _gateway_slas(args.gateway, args.api_key)
-    except (BackendError, httpx.HTTPError, KeyError, ValueError) as exc:
-        raise SystemExit(f"saber-bench: cannot reach the engine or the gateway: {exc}") from None
-    trace = generate_trace(
-        workloads[args.workload], tasks, rps=args.rps, n=args.requests, seed=args.seed
-    )
-    differ = {
-        t: (tasks[t].sla_s, slas.get(t))
-        for t in workloads[args.workload].mix
-        if slas.get(t) is None or not math.isclose(tasks[t].sla_s, slas[t], rel_tol=1e-6)
-    }
-    if differ:
-        raise SystemExit(
-            f"saber-bench: {args.tasks} and the gateway disagree on SLAs "
-            f"(task: (file, gateway)): {differ}; give --tasks the gateway's config"
-        )
-    order = ["direct", "gateway"] if args.first == "direct" else ["gateway", "direct"]
-    results = []
-    for name in order:
-        if not await drained(args.engine, kind):
-            raise SystemExit(f"saber-bench: the engine at {args.engine} is still busy after 120 s")
-        err.print(f"{name}: {len(trace)} requests at {args.rps:g}/s ({kind} engine)")
-        via_gateway = name == "gateway"
-        results.append(
-            await replay(
-                name,
-                trace,
-                tasks,
-                url=args.gateway if via_gateway else args.engine,
-                model=args.model,
-                engine_url=args.engine,
-                engine_kind=kind,
-                via_gateway=via_gateway,
-                api_key=args.api_key if via_gateway else None,
-                request_timeout_s=args.timeout,
-            )
-        )
-    return results, short_sla_tasks(trace, tasks)
-
-
 def cmd_real(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     try:
-        results, short = asyncio.run(run_real(args, err))
-    except ConfigError as exc:
+        result = run_real(
+            args.engine,
+            args.gateway,
+            args.model,
+            load_task_section(args.tasks),
+            workload=args.workload,
+            rps=args.rps,
+            requests=args.requests,
+            seed=args.seed,
+            api_key=args.api_key,
+            first=args.first,
+            timeout_s=args.timeout,
+            say=err.print,
+        )
+    except (ConfigError, RealRunError) as exc:
         raise SystemExit(f"saber-bench: {exc}") from None
-    summaries = [r.summary(short) for r in results]
+    summaries = result.summaries()
     if args.format == "json":
         print(json.dumps(summaries, indent=2))
     else:
-        Console().print(_table(summaries, short))
+        Console().print(_table(summaries, result.short_sla_tasks))
     if args.out:
-        doc = {"short_sla_tasks": sorted(short), "summaries": summaries}
-        doc["runs"] = [r.to_dict() for r in results]
-        args.out.write_text(json.dumps(doc, indent=2))
+        args.out.write_text(json.dumps(result.to_dict(), indent=2))
         err.print(f"wrote {args.out}")
     return 0
 

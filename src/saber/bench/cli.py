@@ -32,7 +32,7 @@ from saber.bench._summary import summarize_cells, summarize_workloads
 from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.engine import PRESETS, get_preset
 from saber.scheduler import TTFTFn
-from saber.speed import MODELS, SpeedModel, build_profile, fit_all, save_profile
+from saber.speed import MODELS, SpeedModel, build_profile, save_profile, select_model
 
 
 def _csv(kind):
@@ -92,7 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--preset", choices=sorted(PRESETS), default="paper")
     prof.add_argument("--workload", default="W3", help="task mix to profile with (default W3)")
     prof.add_argument("--points", type=int, default=1000, help="about this many points")
-    prof.add_argument("--kind", choices=sorted(MODELS), help="force a model (default: best)")
+    prof.add_argument(
+        "--kind",
+        choices=sorted(MODELS),
+        help="force a model (default: the one select_model keeps, as saber-profile)",
+    )
     prof.add_argument("--out", type=Path, required=True, help="profile JSON to write")
     scen = sub.add_parser(
         "scenarios",
@@ -246,10 +250,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     workloads = load_workloads(tasks=tasks)
     preset = get_preset(args.preset)
     loads, speeds = profile_engine(preset, workloads[args.workload], tasks, points=args.points)
-    reports = fit_all(loads, speeds)
-    for rep in reports:
-        print(f"{rep.kind:9s} held-out R^2={rep.r2:.4f}  MAPE={100 * rep.mape:.2f}%")
-    model = next((r.model for r in reports if r.kind == args.kind), reports[0].model)
+    fits = select_model(loads, speeds)  # the procedure saber-profile uses
+    print(f"scored {fits.scoring}")
+    for rep in fits.reports:
+        print(
+            f"{rep.kind:9s} level error={100 * rep.level_error:.2f}%  held-out "
+            f"R^2={rep.r2:.4f}  MAPE={100 * rep.mape:.2f}%  in-sample R^2={rep.in_sample_r2:.4f}"
+        )
+    model = next((r.model for r in fits.reports if r.kind == args.kind), fits.best.model)
     profile = build_profile(
         model,
         loads,

@@ -1,4 +1,5 @@
-"""Settings: task types, workload mixes and (later) gateway settings, from YAML."""
+"""Settings from YAML: task types, workload mixes, and saber-gateway's configuration
+(``load_gateway_config``: the file, ``SABER_*`` environment variables and flags)."""
 
 from saber.config._errors import ConfigError
 from saber.config._gateway import (

@@ -14,38 +14,28 @@ See docs/profile.md.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
-from saber.config import DEFAULT_CONFIG_DIR, ConfigError, TaskType, load_tasks, load_workloads
-from saber.profile.errors import ProfileRunError
-from saber.profile.feasibility import feasibility
-from saber.profile.fit import fit_speed, fit_ttft
-from saber.profile.plot import write_plot
-from saber.profile.points import PointsFile, Recorded, points_path, read_points
-from saber.profile.report import print_summary
-from saber.profile.requests import Supply, WorkloadSupply, read_dataset
-from saber.profile.session import RunSettings, Session, SessionResult, run_session
-from saber.speed import (
-    BackendInfo,
-    FitError,
-    FitScore,
-    Profile,
-    ProfileError,
-    ProfilingInfo,
-    build_profile,
-    load_profile,
-    save_profile,
+from saber.config import (
+    DEFAULT_CONFIG_DIR,
+    ConfigError,
+    TaskType,
+    Workload,
+    load_tasks,
+    load_workloads,
 )
+from saber.profile.errors import ProfileInterrupted, ProfileRunError
+from saber.profile.feasibility import feasibility
+from saber.profile.points import points_path, read_points
+from saber.profile.report import print_summary
+from saber.profile.run import DEFAULT_POINTS, DEFAULT_ROUNDS, profile_backend
+from saber.speed import Profile
 
-DEFAULT_LEVELS = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_POINTS = 1000
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
@@ -109,10 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"counted requests per level (default ceil({DEFAULT_POINTS} / levels))",
     )
     parser.add_argument(
+        "--rounds",
+        type=_positive,
+        metavar="N",
+        help=f"visits per level, up the levels then down (default {DEFAULT_ROUNDS}); a level "
+        "whose visits disagree is measured again",
+    )
+    parser.add_argument(
         "--warmup",
         type=int,
         metavar="N",
-        help="requests discarded at the start of each level (default: L at load L)",
+        help="requests discarded at the start of each visit to a level (default: L at load L)",
     )
     parser.add_argument("--endpoint", choices=("completions", "chat"), help="default completions")
     parser.add_argument(
@@ -175,194 +172,68 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: argparse.Namespace, out: Console, err: Console) -> int:
     tasks = _tasks(args.tasks)
     profile_out = args.out or Path("profiles") / f"{_slug(args.model)}.json"
-    store = points_path(profile_out)
-    settings, supply = _settings(args, tasks, store)
-    if args.resume:
-        file = PointsFile.resume(store)
-        err.print(
-            f"resuming {store}: {len(file.recorded.points)} points so far",
-            markup=False,
-            soft_wrap=True,
-        )
-    else:
-        file = PointsFile.create(store, settings.to_json())
-    session = Session(
-        settings,
-        supply,
-        file,
-        api_key=args.api_key,
-        timeout_s=args.timeout,
-        console=err,
-        progress=not args.no_progress,
-    )
-    interrupted = False
     try:
-        run_session(session)
-    except KeyboardInterrupt:
-        interrupted = True
+        profile = profile_backend(
+            args.base_url,
+            args.model,
+            profile_out,
+            workload=args.workload,
+            dataset=args.dataset,
+            tasks=tasks,
+            workloads=None if args.dataset else _workloads(args.workloads, tasks),
+            levels=args.levels,
+            requests_per_level=args.requests_per_level,
+            rounds=args.rounds,
+            warmup=args.warmup,
+            endpoint=args.endpoint,
+            seed=args.seed,
+            held_out_levels=args.held_out_levels,
+            api_key=args.api_key,
+            timeout_s=args.timeout,
+            resume=args.resume,
+            console=err,
+            progress=not args.no_progress,
+        )
+    except ProfileInterrupted as stop:
         err.print(
-            f"interrupted: {len(file.recorded.fit_points())} points kept in {store}; "
+            f"interrupted: {stop.kept} points kept in {stop.points}; "
             "run again with --resume to continue",
             markup=False,
             soft_wrap=True,
         )
-    except ProfileRunError:
-        if file.recorded.points:
-            err.print(f"points so far are kept in {store}", markup=False, soft_wrap=True)
-        raise
-    try:
-        _finish(args, settings, session.result, file.recorded, tasks, profile_out, out)
-    except ProfileRunError as exc:
-        if not interrupted:
-            err.print(f"points so far are kept in {store}", markup=False, soft_wrap=True)
-            raise
-        err.print(f"no profile written: {exc}", markup=False, soft_wrap=True)
-    return EXIT_INTERRUPTED if interrupted else 0
+        if stop.profile is None:
+            err.print(f"no profile written: {stop.reason}", markup=False, soft_wrap=True)
+        else:
+            _report(args, stop.profile, tasks, profile_out, out)
+        return EXIT_INTERRUPTED
+    _report(args, profile, tasks, profile_out, out)
+    return 0
 
 
-def _finish(
+def _report(
     args: argparse.Namespace,
-    settings: RunSettings,
-    result: SessionResult,
-    recorded: Recorded,
+    profile: Profile,
     tasks: dict[str, TaskType],
     profile_out: Path,
     out: Console,
 ) -> None:
-    """Fit, report, and write the profile and the plot; ProfileRunError if it cannot fit."""
+    """The tables, the plot, and where the files went."""
+    recorded = read_points(points_path(profile_out))
     points = recorded.fit_points()
-    levels = sorted({p.level for p in points})
-    if len(levels) < 2:  # one level's loads vary a little, but say nothing about f(L)
-        raise ProfileRunError(
-            f"cannot fit {len(points)} points at {len(levels)} load level(s) "
-            f"{levels or ''}: at least 2 are needed"
-        )
-    try:
-        fits = fit_speed(points, held_out=args.held_out_levels)
-    except FitError as exc:
-        raise ProfileRunError(
-            f"cannot fit {len(points)} points at levels {levels}: {exc}"
-        ) from None
-    ttft = fit_ttft(points)
     top = max(p.level for p in points)
-    rows = feasibility(fits.best.model, tasks, profiled_max=top, ttft=ttft)
-    print_summary(out, recorded, fits, ttft, rows)
-    saturated = recorded.saturated
-    backend = result.backend
-    info = ProfilingInfo(
-        source=settings.source,
-        endpoint=settings.endpoint,
-        levels=sorted({p.level for p in points}),
-        held_out_levels=fits.held_out,
-        scoring=fits.scoring,
-        requests_per_level=settings.requests_per_level,
-        warmup="L requests at load L" if settings.warmup is None else f"{settings.warmup}",
-        lengths="forced" if result.lengths_forced else "observed",
-        saturated_at=None if saturated is None else saturated.level,
-        max_running=max(
-            (end.running for end in recorded.ended.values() if end.running is not None),
-            default=None,
-        ),
-        fits=[
-            FitScore(
-                kind=r.kind,
-                params=r.model.params,
-                r2=r.r2,
-                mape=r.mape,
-                level_r2=fits.level_r2.get(r.kind),
-                in_sample_r2=fits.in_sample_r2.get(r.kind),
-            )
-            for r in fits.reports
-        ],
-    )
-    loads = [p.load for p in points]
-    speeds = [p.speed for p in points]
-    profile = build_profile(
-        fits.best.model,
-        loads,
-        speeds,
-        backend=BackendInfo(
-            kind=str(backend.kind) if backend else "unknown",
-            url=settings.base_url,
-            version=backend.version if backend else None,
-        ),
-        model_name=settings.model,
-        notes=_notes(settings, fits.best.kind, partial=len(points) < _expected(settings)),
-    ).model_copy(update={"ttft_fit": ttft, "profiling": info})
-    save_profile(Profile.model_validate(profile.model_dump()), profile_out)
-    try:
-        load_profile(profile_out)
-    except ProfileError as exc:  # pragma: no cover - a bug in this tool, not the operator's
-        raise ProfileRunError(f"wrote an invalid profile: {exc}") from None
+    rows = feasibility(profile.speed_model(), tasks, profiled_max=top, ttft=profile.ttft_fit)
+    print_summary(out, profile, recorded, rows)
     out.print(
-        f"wrote {profile_out}: {fits.best.kind} {_params(fits.best.model.params)}; "
-        f"{len(points)} points",
+        f"wrote {profile_out}: {profile.kind} {_params(profile.params)}; {len(points)} points",
         markup=False,
         soft_wrap=True,
     )
     if not args.no_plot:
+        from saber.profile.plot import write_plot  # matplotlib, only when a plot is asked for
+
         plot = args.plot or profile_out.with_suffix(".png")
-        write_plot(plot, points, fits, ttft, title=f"{settings.model} ({profile.backend.kind})")
+        write_plot(plot, points, profile, title=f"{profile.model.name} ({profile.backend.kind})")
         out.print(f"wrote {plot}", markup=False, soft_wrap=True)
-
-
-def _settings(
-    args: argparse.Namespace, tasks: dict[str, TaskType], store: Path
-) -> tuple[RunSettings, Supply]:
-    """Settings from the flags, or on --resume from the points file (flags must agree)."""
-    given: dict[str, Any] = {
-        "endpoint": args.endpoint,
-        "levels": args.levels,
-        "requests_per_level": args.requests_per_level,
-        "warmup": args.warmup,
-        "seed": args.seed,
-    }
-    source = None
-    if args.dataset is not None:
-        source = f"dataset {args.dataset}"
-    elif args.workload is not None:
-        source = f"workload {args.workload}"
-    if args.resume:
-        saved = read_points(store).settings
-        for key, value in [*given.items(), ("source", source), ("model", args.model)]:
-            old = saved.get(key)
-            if value is not None and _norm(value) != _norm(old):
-                raise ProfileRunError(
-                    f"--resume: the run in {store} used {key} {_show(old)}, not {_show(value)}; "
-                    "drop the option or start afresh without --resume"
-                )
-        given = {k: saved.get(k) for k in given}
-        source = saved.get("source")
-    levels = tuple(given["levels"] or DEFAULT_LEVELS)
-    per_level = given["requests_per_level"] or math.ceil(DEFAULT_POINTS / len(levels))
-    if given["warmup"] is not None and given["warmup"] < 0:
-        raise ProfileRunError("--warmup must be >= 0")
-    seed = given["seed"] or 0
-    supply = _supply(source or "workload W3", args, tasks, seed)
-    settings = RunSettings(
-        base_url=args.base_url,
-        model=args.model,
-        endpoint=given["endpoint"] or "completions",
-        source=supply.description,
-        levels=levels,
-        requests_per_level=per_level,
-        warmup=given["warmup"],
-        seed=seed,
-    )
-    return settings, supply
-
-
-def _supply(source: str, args: argparse.Namespace, tasks: dict[str, TaskType], seed: int) -> Supply:
-    kind, _, name = source.partition(" ")
-    if kind == "dataset":
-        return read_dataset(Path(name))
-    try:
-        workloads = load_workloads(args.workloads, tasks=tasks)
-    except ConfigError as exc:
-        raise ProfileRunError(str(exc).replace("\n", " ")) from None
-    if name not in workloads:
-        raise ProfileRunError(f"unknown workload {name!r}; known: {', '.join(sorted(workloads))}")
-    return WorkloadSupply(workloads[name], tasks, seed=seed)
 
 
 def _tasks(path: Path) -> dict[str, TaskType]:
@@ -372,25 +243,12 @@ def _tasks(path: Path) -> dict[str, TaskType]:
         raise ProfileRunError(" ".join(str(exc).split())) from None
 
 
-def _show(value: Any) -> str:
-    return ",".join(map(str, value)) if isinstance(value, tuple | list) else str(value)
-
-
-def _norm(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple | list) else value
-
-
-def _expected(settings: RunSettings) -> int:
-    return settings.requests_per_level * len(settings.levels)
-
-
-def _notes(settings: RunSettings, kind: str, *, partial: bool) -> str:
-    note = (
-        f"saber-profile: closed loop over HTTP ({settings.endpoint}), {settings.source}, "
-        f"levels {list(settings.levels)}; speed = output tokens / (request sent -> end of "
-        f"stream), TTFT included; load = time-averaged requests in flight; kept {kind}"
-    )
-    return note + ("; partial run" if partial else "")
+def _workloads(path: Path, tasks: dict[str, TaskType]) -> dict[str, Workload]:
+    """The task mixes of ``path``."""
+    try:
+        return load_workloads(path, tasks=tasks)
+    except ConfigError as exc:
+        raise ProfileRunError(str(exc).replace("\n", " ")) from None
 
 
 def _params(params: dict[str, float]) -> str:

@@ -1,4 +1,4 @@
-"""The profile as a picture: measured speeds, every fitted curve with its R^2, and TTFT."""
+"""The profile as a picture: measured speeds, every fitted curve with its error, and TTFT."""
 
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from saber.profile.fit import SpeedFits
 from saber.profile.points import Point
-from saber.speed import TTFTFit
+from saber.profile.report import curve
+from saber.speed import Profile
 
 
 def write_plot(
     path: Path,
     points: Sequence[Point],
-    fits: SpeedFits,
-    ttft: TTFTFit | None,
+    profile: Profile,
     *,
     title: str,
 ) -> None:
-    """Write a PNG: speed against load (left) and TTFT against prompt length (right).
+    """Write a PNG of a profile and the points it was fitted to: speed against load (left,
+    every model's curve) and TTFT against prompt length (right).
 
     Uses matplotlib's object API with the Agg canvas, so no display and no global
     pyplot state are involved.
@@ -32,8 +32,11 @@ def write_plot(
     left, right = fig.subplots(1, 2)
     loads = np.array([p.load for p in points])
     speeds = np.array([p.speed for p in points])
-    held = np.isin([p.level for p in points], fits.held_out)
-    scored_label = "scored, left out in turn" if fits.cross_validated else "held out, scored"
+    info = profile.profiling
+    ttft = profile.ttft_fit
+    held = np.isin([p.level for p in points], info.held_out_levels if info else [])
+    cross_validated = info is not None and info.cross_validated
+    scored_label = "scored, left out in turn" if cross_validated else "held out, scored"
     left.scatter(loads[~held], speeds[~held], s=6, alpha=0.3, color="tab:gray", label="measured")
     if held.any():
         left.scatter(
@@ -51,18 +54,21 @@ def write_plot(
         label="level means",
     )
     grid = np.linspace(1.0, max(float(loads.max()), 1.0), 300)
-    scored = "held-out" if fits.held_out else "in-sample"
-    for i, rep in enumerate(fits.reports):
+    for i, fit in enumerate(info.fits if info else []):
+        error = "" if fit.level_error is None else f": level error {fit.level_error:.1%}"
         left.plot(
             grid,
-            rep.model.predict(grid),
+            curve(fit).predict(grid),
             lw=2.5 if i == 0 else 1.2,
             ls="-" if i == 0 else "--",
-            label=f"{rep.kind}{' (kept)' if i == 0 else ''}: {scored} R²={rep.r2:.3f}",
+            label=f"{fit.kind}{' (kept)' if i == 0 else ''}{error}",
         )
+    if not info or not info.fits:
+        left.plot(grid, profile.speed_model().predict(grid), lw=2.5, label=profile.kind)
     left.set_xlabel("load L (requests in flight, time-averaged)")
     left.set_ylabel("per-request speed (tokens / s, TTFT included)")
-    left.set_title(f"{title}\nR² {fits.scoring}", fontsize=9)
+    scoring = info.scoring if info and info.scoring else "in-sample"
+    left.set_title(f"{title}\nscored {scoring}", fontsize=9)
     left.set_ylim(bottom=0)
     left.grid(alpha=0.3)
     left.legend(fontsize=8)

@@ -6,7 +6,9 @@ loses nothing it measured. Lines are JSON objects with a ``type``:
 
 - ``run``: the first line, the settings the run was started with;
 - ``point``: one request (warm-up ones too, flagged, so the file is the whole record);
-- ``level``: a level ended, ``done`` or ``saturated`` (the backend queued requests).
+- ``level``: a level ended, ``done`` or ``saturated`` (the backend queued requests);
+- ``drop``: a round of a level that disagreed with the others and was measured again;
+  its points stay in the file but are not fitted.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Point:
     start_s: float
     task: str | None = None
     warmup: bool = False
+    round: int = 0
+    """Which visit of its level measured it (a level is measured in rounds)."""
 
     @property
     def speed(self) -> float:
@@ -72,9 +76,22 @@ class Recorded:
     settings: dict[str, Any]
     points: list[Point] = field(default_factory=list)
     ended: dict[int, LevelEnd] = field(default_factory=dict)
+    dropped: set[tuple[int, int]] = field(default_factory=set)
+    """(level, round) of the rounds measured again and left out of the fit."""
 
-    def measured(self, level: int) -> int:
-        return sum(1 for p in self.points if p.level == level and not p.warmup)
+    def counted(self, level: int, round: int | None = None) -> list[Point]:
+        """The counted points of ``level`` (of one ``round``): no warm-up, none dropped."""
+        return [
+            p
+            for p in self.points
+            if p.level == level
+            and not p.warmup
+            and (round is None or p.round == round)
+            and (p.level, p.round) not in self.dropped
+        ]
+
+    def measured(self, level: int, round: int | None = None) -> int:
+        return len(self.counted(level, round))
 
     @property
     def saturated(self) -> LevelEnd | None:
@@ -82,9 +99,16 @@ class Recorded:
         return min(hits, key=lambda e: e.level) if hits else None
 
     def fit_points(self) -> list[Point]:
-        """The points a fit uses: no warm-up, nothing from a saturated level or above."""
+        """The points a fit uses: no warm-up, no dropped round, nothing from a saturated
+        level or above."""
         limit = self.saturated
-        return [p for p in self.points if not p.warmup and (limit is None or p.level < limit.level)]
+        return [
+            p
+            for p in self.points
+            if not p.warmup
+            and (p.level, p.round) not in self.dropped
+            and (limit is None or p.level < limit.level)
+        ]
 
 
 def points_path(out: Path) -> Path:
@@ -142,6 +166,11 @@ class PointsFile:
         self.recorded.ended[end.level] = end
         self._write({"type": "level", **asdict(end)})
 
+    def drop(self, level: int, round: int) -> None:
+        """Leave a round of a level out of the fit (its points stay in the file)."""
+        self.recorded.dropped.add((level, round))
+        self._write({"type": "drop", "level": level, "round": round})
+
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
@@ -184,7 +213,9 @@ def read_points(path: Path) -> Recorded:
             elif kind == "level":
                 end = LevelEnd(**{k: v for k, v in data.items() if k != "type"})
                 recorded.ended[end.level] = end
-        except TypeError as exc:
+            elif kind == "drop":
+                recorded.dropped.add((int(data["level"]), int(data["round"])))
+        except (TypeError, KeyError, ValueError) as exc:
             raise ProfileRunError(f"{path}:{lineno}: unexpected record: {exc}") from None
     if recorded is None:
         raise ProfileRunError(f"{path} is not a saber-profile points file (no run line first)")

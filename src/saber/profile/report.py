@@ -1,4 +1,8 @@
-"""What saber-profile prints: per-level measurements, the fits, TTFT, and SLA feasibility."""
+"""What saber-profile prints: per-level measurements, the fits, TTFT, and SLA feasibility.
+
+Everything is read from the profile written (its ``profiling`` section holds every
+model's fit and scores) and from the run's points.
+"""
 
 from __future__ import annotations
 
@@ -9,25 +13,29 @@ from rich.console import Console
 from rich.table import Table
 
 from saber.profile.feasibility import Feasibility
-from saber.profile.fit import SpeedFits
 from saber.profile.points import Recorded
-from saber.speed import TTFTFit
+from saber.speed import MODELS, FitScore, Profile, ProfilingInfo, SpeedModel, TTFTFit
 
 
-def levels_table(recorded: Recorded, held_out: Sequence[int] = ()) -> Table:
+def levels_table(recorded: Recorded, held_out: Sequence[float] = ()) -> Table:
     """One row per level: counted points, load really held, speed and TTFT spread."""
     table = Table(title="Measured load levels (warm-up excluded)")
     for column in ("L", "points", "mean load", "speed tok/s", "p10", "p90", "TTFT ms", "note"):
         table.add_column(column, justify="left" if column == "note" else "right")
     levels = sorted({p.level for p in recorded.points} | set(recorded.ended))
     for level in levels:
-        pts = [p for p in recorded.points if p.level == level and not p.warmup]
+        pts = recorded.counted(level)
         end = recorded.ended.get(level)
         note = []
         if end is not None and end.status == "saturated":
             note.append(f"saturated (waiting {end.waiting}, running {end.running}): not fitted")
         elif end is None:
             note.append("incomplete")
+        rounds = int(recorded.settings.get("rounds", 1))
+        if any(p.level == level and p.round >= rounds for p in recorded.points):
+            dropped = sorted(r + 1 for lv, r in recorded.dropped if lv == level)
+            left_out = f": round {', '.join(map(str, dropped))} left out" if dropped else ""
+            note.append(f"measured again{left_out}")
         if level in held_out:
             note.append("scored, left out")
         if not pts:
@@ -49,28 +57,36 @@ def levels_table(recorded: Recorded, held_out: Sequence[int] = ()) -> Table:
     return table
 
 
-def fits_table(fits: SpeedFits) -> Table:
-    """Every speed model: held-out and in-sample R^2, MAPE, its parameters, and which one
-    was kept."""
-    table = Table(title=f"Speed models, scored {fits.scoring}")
-    numbers = ("R^2", "MAPE", "R^2 of level means", "in-sample R^2")
+def fits_table(info: ProfilingInfo) -> Table:
+    """Every speed model: its error at the levels (what ranks them), held-out and in-sample
+    R^2, MAPE, its parameters, and which one was kept (the first)."""
+    table = Table(title=f"Speed models, scored {info.scoring}")
+    numbers = ("level error", "R^2", "MAPE", "R^2 of level means", "in-sample R^2")
     for column in ("model", *numbers, "f(1) tok/s", "parameters", ""):
         table.add_column(column, justify="right" if column in numbers else "left")
-    for i, rep in enumerate(fits.reports):
-        params = ", ".join(f"{k}={v:.4g}" for k, v in rep.model.params.items())
-        level_r2 = fits.level_r2.get(rep.kind)
-        in_sample = fits.in_sample_r2.get(rep.kind)
+    for i, fit in enumerate(info.fits):
+        params = ", ".join(f"{k}={v:.4g}" for k, v in fit.params.items())
         table.add_row(
-            rep.kind,
-            f"{rep.r2:.4f}",
-            f"{100 * rep.mape:.2f}%",
-            "-" if level_r2 is None else f"{level_r2:.4f}",
-            "-" if in_sample is None else f"{in_sample:.4f}",
-            f"{rep.model.predict(1.0):.1f}",
+            fit.kind,
+            _number(fit.level_error, "{:.2%}"),
+            f"{fit.r2:.4f}",
+            f"{100 * fit.mape:.2f}%",
+            _number(fit.level_r2, "{:.4f}"),
+            _number(fit.in_sample_r2, "{:.4f}"),
+            f"{curve(fit).predict(1.0):.1f}",
             params,
             "kept" if i == 0 else "",
         )
     return table
+
+
+def curve(fit: FitScore) -> SpeedModel:
+    """The speed model a profile's fit score describes."""
+    return MODELS[fit.kind].from_params(**fit.params)
+
+
+def _number(value: float | None, form: str) -> str:
+    return "-" if value is None else form.format(value)
 
 
 def ttft_line(fit: TTFTFit | None) -> str:
@@ -129,15 +145,14 @@ def warnings(rows: Sequence[Feasibility]) -> list[str]:
 
 
 def print_summary(
-    console: Console,
-    recorded: Recorded,
-    fits: SpeedFits,
-    ttft: TTFTFit | None,
-    rows: Sequence[Feasibility],
+    console: Console, profile: Profile, recorded: Recorded, rows: Sequence[Feasibility]
 ) -> None:
-    console.print(levels_table(recorded, fits.held_out))
-    console.print(fits_table(fits))
-    console.print(ttft_line(ttft), soft_wrap=True)
+    """The tables of a profile written by ``profile_backend`` and of its run's points."""
+    info = profile.profiling
+    console.print(levels_table(recorded, info.held_out_levels if info else ()))
+    if info is not None and info.fits:
+        console.print(fits_table(info))
+    console.print(ttft_line(profile.ttft_fit), soft_wrap=True)
     console.print(feasibility_table(rows))
     for line in warnings(rows):
         console.print(line, style="yellow", markup=False, soft_wrap=True)

@@ -153,13 +153,21 @@ class Runner:
         self._origin = clock()
 
     async def run_level(
-        self, level: int, index: int, need: int, warmup: int, allowance: int = 0
+        self,
+        level: int,
+        index: int,
+        need: int,
+        warmup: int,
+        allowance: int = 0,
+        *,
+        round: int = 0,
     ) -> LevelResult:
         """Hold ``level`` requests in flight until ``need`` counted points are in.
 
-        ``index`` picks the level's request sequence; more than ``allowance``
-        requests waiting in the backend on consecutive reads end the level as
-        saturated. ProfileRunError if the backend fails too many requests.
+        ``index`` picks the request sequence; ``round`` is recorded in each point;
+        more than ``allowance`` requests waiting in the backend on consecutive reads
+        end the level as saturated. ProfileRunError if the backend fails too many
+        requests.
         """
         result = LevelResult(level)
         if need <= 0:
@@ -200,6 +208,7 @@ class Runner:
                     start_s=out.sent - self._origin,
                     task=spec.task,
                     warmup=i < warmup,
+                    round=round,
                 )
                 if done.is_set():
                     return

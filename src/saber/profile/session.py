@@ -5,11 +5,23 @@ serve the model asked for, does it honour ``ignore_eos`` and report ``usage``.
 Each failure is a ProfileRunError with one line to print. Points go to the
 points file as they come, so whatever stops the run (Ctrl-C included) leaves
 them on disk for ``--resume`` and for fitting.
+
+Each level is measured in ``rounds`` visits, the levels climbed in the first round
+and descended in the second (and so on), each visit collecting its share of the
+level's points. Something else that slows the backend for a while (another job on
+the machine) then falls on a part of several levels rather than on the whole of
+one, and a slow drift cancels between the way up and the way down. A level whose
+rounds disagree by more than ``AGREEMENT`` is visited again (at most
+``EXTRA_ROUNDS`` times), so that its mean averages more spells of whatever the
+machine was doing; a round far off the others (``OUTLIER``) is left out of the fit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +52,16 @@ SPREAD_LIMIT = 3.0
 spreads speeds by up to about 2x at high loads (prefill is a different share of
 short and long requests); contention for the machine spreads them far more."""
 
+AGREEMENT = 0.10
+"""A level's rounds agree when their mean speeds are within 10% of each other."""
+
+EXTRA_ROUNDS = 2
+"""At most this many more visits to a level whose rounds disagree."""
+
+OUTLIER = 0.20
+"""A round more than 20% off the median of its level's rounds is left out of the fit: the
+backend was stalled or crowded out then. Closer ones are all kept and averaged."""
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -53,6 +75,7 @@ class RunSettings:
     requests_per_level: int
     warmup: int | None  # None: L requests at load L
     seed: int
+    rounds: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,11 +88,25 @@ class RunSettings:
             "requests_per_level": self.requests_per_level,
             "warmup": self.warmup,
             "seed": self.seed,
+            "rounds": self.rounds,
             "started_at": datetime.now(UTC).isoformat(),
         }
 
     def warmup_for(self, level: int) -> int:
         return level if self.warmup is None else self.warmup
+
+    def quota(self, round: int) -> int:
+        """Counted points one visit collects: the level's share of round ``round`` (a
+        visit beyond ``rounds`` replaces one, so it collects the most any round does)."""
+        base, extra = divmod(self.requests_per_level, self.rounds)
+        return base + (1 if round < extra or (round >= self.rounds and extra) else 0)
+
+    def visits(self) -> list[tuple[int, int]]:
+        """(round, level index) in the order they run: up, then down, then up..."""
+        indices = list(range(len(self.levels)))
+        return [
+            (r, i) for r in range(self.rounds) for i in (indices if r % 2 == 0 else indices[::-1])
+        ]
 
 
 @dataclass
@@ -82,6 +119,8 @@ class SessionResult:
     short: int = 0
     too_long: int = 0
     metrics_unavailable: bool = False
+    remeasured: dict[int, int] = field(default_factory=dict)
+    """Per level, the visits made because its rounds disagreed."""
     messages: list[str] = field(default_factory=list)
 
 
@@ -114,6 +153,7 @@ class Session:
         self.show_progress = progress
         self.poll_s = poll_s
         self.result = SessionResult()
+        self._spread_warned: set[int] = set()
 
     async def run(self) -> SessionResult:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
@@ -176,18 +216,18 @@ class Session:
         async def probe() -> Any:
             return await fetch_load(client, self.target.root, info.kind)
 
-        plan = []
-        for index, level in enumerate(settings.levels):
-            end = recorded.ended.get(level)
-            if end is not None and end.status == "saturated":
-                break
-            if end is None:
-                plan.append((index, level, settings.requests_per_level - recorded.measured(level)))
-        if not plan:
+        plan = [
+            (r, index, need)
+            for r, index in settings.visits()
+            if (need := settings.quota(r) - self._done(settings.levels[index], r)) > 0
+            and not self._above_saturation(settings.levels[index])
+        ]
+        if not plan and not self._disagreeing():
             self._say("every level is measured already; fitting the points")
+            self._drop_disagreeing()
             return
         with self._progress() as bar:
-            total = sum(need + settings.warmup_for(level) for _, level, need in plan)
+            total = sum(need + settings.warmup_for(settings.levels[i]) for _, i, need in plan)
             task = bar.add_task("profiling", total=total)
 
             def on_point(point: Point) -> None:
@@ -197,36 +237,31 @@ class Session:
             runner = Runner(
                 client, self.target, self.supply, on_point, probe=probe, poll_s=self.poll_s
             )
-            expected = 0
-            for n, (index, level, need) in enumerate(plan):
-                expected += need + settings.warmup_for(level)
-                bar.update(task, description=f"load {level:>3}")
-                allowance = waiting_allowance(level, self.supply.mean_output_tokens(index))
-                result = await runner.run_level(
-                    level, index, need, settings.warmup_for(level), allowance
-                )
-                self._note(result)
-                if result.saturated is not None:
-                    reading = result.saturated
-                    self.points.end_level(
-                        LevelEnd(level, "saturated", round(reading.running), round(reading.waiting))
-                    )
-                    self._warn(
-                        f"load {level}: the backend queues requests ({reading.waiting:g} waiting, "
-                        f"{reading.running:g} running): {level} is past its max_num_seqs; "
-                        "not raising the load further"
-                    )
-                    rest = plan[n + 1 :]
-                    bar.update(task, total=bar.tasks[0].completed)
-                    if rest:
-                        self._say(f"skipped loads {', '.join(str(lv) for _, lv, _ in rest)}")
+            for r, index, need in plan:
+                level = settings.levels[index]
+                if self._above_saturation(level):  # a lower level saturated since
+                    size = need + settings.warmup_for(level)
+                    bar.update(task, total=bar.tasks[0].total - size)
+                    continue
+                await self._visit(runner, bar, task, r, index)
+            for _ in range(EXTRA_ROUNDS):
+                again = self._disagreeing()
+                if not again:
                     break
-                self.points.end_level(LevelEnd(level, "done", result.max_running, None))
-                bar.update(task, completed=expected)  # warm-up cut short by the level's end
-                bar.console.print(
-                    self._level_line(level), markup=False, highlight=False, soft_wrap=True
-                )
-                self._check_spread(level)
+                bar.update(task, total=bar.tasks[0].total + sum(
+                    settings.quota(settings.rounds) + settings.warmup_for(level)
+                    for level in again
+                ))  # fmt: skip
+                for level in again:
+                    r = max(p.round for p in recorded.points if p.level == level) + 1
+                    self.result.remeasured[level] = self.result.remeasured.get(level, 0) + 1
+                    self._warn(
+                        f"load {level}: its rounds disagree ({self._round_speeds(level)} "
+                        "tokens/s): was something else using the backend or this machine? "
+                        "measuring it again"
+                    )
+                    await self._visit(runner, bar, task, r, settings.levels.index(level))
+            self._drop_disagreeing()
         if self.result.short and self.result.lengths_forced:
             self._warn(
                 f"{self.result.short} requests came back with fewer tokens than max_tokens; "
@@ -235,30 +270,124 @@ class Session:
         if self.result.too_long:
             self._warn(f"{self.result.too_long} requests were rejected as too long and skipped")
 
-    def _check_spread(self, level: int) -> None:
-        """Warn when one load's speeds differ wildly: something else was using the machine."""
-        speeds = sorted(
-            p.speed for p in self.points.recorded.points if p.level == level and not p.warmup
+    async def _visit(self, runner: Runner, bar: Progress, task: Any, r: int, index: int) -> None:
+        """One visit to a level: round ``r``'s share of its points."""
+        settings, recorded = self.settings, self.points.recorded
+        level = settings.levels[index]
+        need = settings.quota(r) - self._done(level, r)
+        warmup = settings.warmup_for(level)
+        bar.update(task, description=f"load {level:>3}")
+        allowance = waiting_allowance(level, self.supply.mean_output_tokens(index))
+        started = bar.tasks[0].completed
+        result = await runner.run_level(
+            level, index + r * len(settings.levels), need, warmup, allowance, round=r
         )
-        if len(speeds) < 10:
+        self._note(result)
+        if result.saturated is not None:
+            reading = result.saturated
+            self.points.end_level(
+                LevelEnd(level, "saturated", round(reading.running), round(reading.waiting))
+            )
+            self._warn(
+                f"load {level}: the backend queues requests ({reading.waiting:g} waiting, "
+                f"{reading.running:g} running): {level} is past its max_num_seqs; "
+                "not raising the load further"
+            )
+            higher = [lv for lv in settings.levels if lv > level]
+            if higher:
+                self._say(f"skipped loads {', '.join(map(str, higher))}")
+            unfinished = started + need + warmup - bar.tasks[0].completed
+            bar.update(task, total=bar.tasks[0].total - unfinished)
+            return
+        bar.update(task, completed=started + need + warmup)  # warm-up cut short by the end
+        if r == settings.rounds - 1 and level not in recorded.ended:
+            self.points.end_level(LevelEnd(level, "done", result.max_running, None))
+        bar.console.print(self._level_line(level, r), markup=False, highlight=False, soft_wrap=True)
+        self._check_spread(level)
+
+    def _done(self, level: int, r: int) -> int:
+        """Counted points measured in round ``r`` of ``level``, dropped or not."""
+        return len(self._rounds(level).get(r, []))
+
+    def _above_saturation(self, level: int) -> bool:
+        limit = self.points.recorded.saturated
+        return limit is not None and level >= limit.level
+
+    def _rounds(self, level: int) -> dict[int, list[float]]:
+        """The speeds of each round of a level, dropped rounds included."""
+        rounds: dict[int, list[float]] = {}
+        for p in self.points.recorded.points:
+            if p.level == level and not p.warmup:
+                rounds.setdefault(p.round, []).append(p.speed)
+        return dict(sorted(rounds.items()))
+
+    def _round_speeds(self, level: int) -> str:
+        return ", ".join(f"{statistics.fmean(v):.1f}" for v in self._rounds(level).values())
+
+    def _kept_rounds(self, level: int) -> tuple[int, ...]:
+        """The rounds of a level the fit keeps: with three or more, all but those whose mean
+        is more than ``OUTLIER`` off the median of the rounds' means (two cannot tell which
+        one is off)."""
+        means = {r: statistics.fmean(v) for r, v in self._rounds(level).items()}
+        if len(means) < 3:
+            return tuple(means)
+        middle = statistics.median(means.values())
+        kept = tuple(r for r, mean in means.items() if abs(mean / middle - 1.0) <= OUTLIER)
+        return kept or tuple(means)
+
+    def _disagreeing(self) -> list[int]:
+        """Levels whose kept rounds still disagree and may be visited again."""
+        out = []
+        for level in self.settings.levels:
+            if self._above_saturation(level) or self.settings.rounds < 2:
+                continue
+            rounds = self._rounds(level)
+            if len(rounds) < self.settings.rounds:
+                continue  # not measured yet (an interrupted run)
+            extra = len(rounds) - self.settings.rounds
+            kept = [rounds[r] for r in self._kept_rounds(level)]
+            if extra < EXTRA_ROUNDS and not agree(kept):
+                out.append(level)
+        return out
+
+    def _drop_disagreeing(self) -> None:
+        """Leave out of the fit the rounds of each level that are outliers among its rounds."""
+        recorded = self.points.recorded
+        for level in self.settings.levels:
+            rounds = self._rounds(level)
+            if len(rounds) <= self.settings.rounds:
+                continue
+            kept = self._kept_rounds(level)
+            for r in rounds:
+                if r not in kept and (level, r) not in recorded.dropped:
+                    self.points.drop(level, r)
+
+    def _check_spread(self, level: int) -> None:
+        """Warn (once) when one load's speeds differ wildly: something else was using the
+        machine."""
+        speeds = sorted(p.speed for p in self.points.recorded.counted(level))
+        if len(speeds) < 10 or level in self._spread_warned:
             return
         p10, p90 = speeds[len(speeds) // 10], speeds[(9 * len(speeds)) // 10]
         if p10 * SPREAD_LIMIT < p90:
+            self._spread_warned.add(level)
             self._warn(
                 f"load {level}: speeds range from {p10:.1f} to {p90:.1f} tokens/s (p10 to p90); "
                 "was something else using the backend or this machine?"
             )
 
-    def _level_line(self, level: int) -> str:
-        pts = [p for p in self.points.recorded.points if p.level == level and not p.warmup]
+    def _level_line(self, level: int, r: int) -> str:
+        pts = self.points.recorded.counted(level, r)
+        rounds = self.settings.rounds
+        name = f"load {level}" + (f" (round {r + 1})" if rounds > 1 else "")
         if not pts:
-            return f"load {level}: no points"
+            return f"{name}: no points"
         speed = sum(p.speed for p in pts) / len(pts)
         load = sum(p.load for p in pts) / len(pts)
         ttfts = [p.ttft_s for p in pts if p.ttft_s is not None]
         ttft = f", TTFT {1000 * sum(ttfts) / len(ttfts):.0f} ms" if ttfts else ""
         return (
-            f"load {level}: {len(pts)} points, {load:.2f} in flight on average, "
+            f"{name}: {len(pts)} points, {load:.2f} in flight on average, "
             f"{speed:.1f} tokens/s per request{ttft}"
         )
 
@@ -296,6 +425,18 @@ class Session:
         )
 
 
+def agree(rounds: Sequence[Sequence[float]]) -> bool:
+    """Whether rounds of one level measured the same speed: their means within
+    ``AGREEMENT`` of each other, or closer than three standard errors of the difference
+    (a task mix spreads speeds widely, and a few points say little about their mean)."""
+    stats = [(statistics.fmean(v), statistics.variance(v) / len(v) if len(v) > 1 else 0.0)
+             for v in rounds if v]  # fmt: skip
+    if len(stats) < 2:
+        return True
+    (low, low_var), (high, high_var) = min(stats), max(stats)
+    return high <= (1.0 + AGREEMENT) * low or high - low <= 3.0 * math.sqrt(low_var + high_var)
+
+
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip()
     if isinstance(exc, httpx.ConnectError) and not text:
@@ -311,4 +452,15 @@ def run_session(session: Session) -> SessionResult:
         session.points.close()
 
 
-__all__ = ["PROBE_TOKENS", "RunSettings", "Session", "SessionResult", "root_url", "run_session"]
+__all__ = [
+    "AGREEMENT",
+    "EXTRA_ROUNDS",
+    "OUTLIER",
+    "PROBE_TOKENS",
+    "RunSettings",
+    "Session",
+    "SessionResult",
+    "agree",
+    "root_url",
+    "run_session",
+]

@@ -41,7 +41,7 @@ class Target:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return wire.auth_headers(self.api_key)
 
 
 @dataclass(frozen=True)

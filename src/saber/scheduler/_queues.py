@@ -33,7 +33,17 @@ class TaskQueues:
         return req_id in self._where
 
     def push(self, req: SchedRequest) -> None:
-        self._by_task.setdefault(req.task, OrderedDict())[req.id] = req
+        queue = self._by_task.setdefault(req.task, OrderedDict())
+        queue[req.id] = req
+        # A request can be offered after one that arrived later (its body took longer
+        # to read): move those behind it, so that each queue stays in arrival order.
+        later = []
+        for other in itertools.islice(reversed(queue.values()), 1, None):
+            if other.arrival <= req.arrival:
+                break
+            later.append(other.id)
+        for req_id in reversed(later):
+            queue.move_to_end(req_id)
         self._where[req.id] = req.task
         deadlines, ids = self._groups.setdefault((req.task, req.tokens), ([], []))
         i = bisect.bisect_right(deadlines, req.deadline)  # the end, but for a tie

@@ -1,7 +1,9 @@
 """Speed models f(L): per-request decode speed (tokens/s) at L concurrent requests.
 
-Fit one to profiled (load, speed) points, rank them with `fit_all`, and keep the
-chosen fit in a profile file. USL is the paper's model and the default.
+Fit them all to profiled (load, speed) points and choose one with `select_model`, the
+one selection procedure (saber-profile and saber-bench profile both use it); a profile
+file keeps the chosen fit. USL is the paper's model and the default. Evaluating
+f(L) needs numpy only; fitting imports scipy when it runs.
 """
 
 from saber.speed._base import SPEED_FLOOR, SpeedModel
@@ -9,15 +11,15 @@ from saber.speed._errors import FitError, ParamError, ProfileError
 from saber.speed._linear import LinearModel
 from saber.speed._logdecay import LogDecayModel
 from saber.speed._logistic import LogisticModel
-from saber.speed._metrics import mape, r2_score
+from saber.speed._metrics import mape, mean_abs_pct_error, r2_score, r_squared
 from saber.speed._online import LiveFit, Refit
 from saber.speed._profile import (
-    BackendInfo,
     FitScore,
     LevelSummary,
     ModelInfo,
     PointsSummary,
     Profile,
+    ProfiledBackend,
     ProfilingInfo,
     TTFTFit,
     build_profile,
@@ -26,7 +28,7 @@ from saber.speed._profile import (
     summarize_points,
 )
 from saber.speed._registry import MODELS, fit_model
-from saber.speed._select import USL_TIE, FitReport, fit_all, rank
+from saber.speed._select import TIE, FitReport, Selection, interior_levels, select_model
 from saber.speed._solo import SoloUSLModel
 from saber.speed._ttft import fit_ttft
 from saber.speed._usl import USLModel
@@ -34,8 +36,7 @@ from saber.speed._usl import USLModel
 __all__ = [
     "MODELS",
     "SPEED_FLOOR",
-    "USL_TIE",
-    "BackendInfo",
+    "TIE",
     "FitError",
     "FitReport",
     "FitScore",
@@ -49,20 +50,24 @@ __all__ = [
     "PointsSummary",
     "Profile",
     "ProfileError",
+    "ProfiledBackend",
     "ProfilingInfo",
     "Refit",
+    "Selection",
     "SoloUSLModel",
     "SpeedModel",
     "TTFTFit",
     "USLModel",
     "build_profile",
-    "fit_all",
     "fit_model",
     "fit_ttft",
+    "interior_levels",
     "load_profile",
     "mape",
+    "mean_abs_pct_error",
     "r2_score",
-    "rank",
+    "r_squared",
     "save_profile",
+    "select_model",
     "summarize_points",
 ]

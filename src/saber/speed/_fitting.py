@@ -8,19 +8,25 @@ which bounds the pull of outlying points; its scale is the points' own spread
 around their level's median (MAD), so that it adapts to how noisy the profile
 really is and not to how badly a model misfits it. A polish that runs out of
 evaluations counts as converged only if the cost has stopped falling.
+
+scipy is imported when a fit runs, not with this module: evaluating f(L) (the gateway)
+never needs it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import OptimizeResult, least_squares
 
 from saber.speed._data import FitData, FloatArray
 from saber.speed._errors import FitError
+
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
 
 _SCALE_LIMITS = (0.002, 0.5)
 
@@ -100,6 +106,8 @@ class _Run:
         self, x0: FloatArray, scale: float | None, max_nfev: int, tol: float = 1e-8
     ) -> OptimizeResult | None:
         """Least squares from ``x0``: soft_l1 at ``scale``, or plain with None."""
+        from scipy.optimize import least_squares
+
         try:
             result = least_squares(
                 self.residuals,

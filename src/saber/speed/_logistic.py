@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Self
 
 import numpy as np
-from scipy.special import expit
 
 from saber.speed._base import SPEED_FLOOR, SpeedModel, as_vector
 from saber.speed._data import FitData, FloatArray
@@ -48,12 +47,12 @@ class LogisticModel(SpeedModel):
     @staticmethod
     def _raw(x: FloatArray, loads: FloatArray) -> FloatArray:
         a, ratio, k, l0 = x
-        return a * (ratio + (1.0 - ratio) * expit(-k * (loads - l0)))
+        return a * (ratio + (1.0 - ratio) * _share(k * (loads - l0)))
 
     @staticmethod
     def _jac(x: FloatArray, loads: FloatArray) -> FloatArray:
         a, ratio, k, l0 = x
-        share = expit(-k * (loads - l0))
+        share = _share(k * (loads - l0))
         bend = a * (1.0 - ratio) * share * (1.0 - share)
         return np.column_stack(
             (ratio + (1.0 - ratio) * share, a * (1.0 - share), -bend * (loads - l0), bend * k)
@@ -90,3 +89,8 @@ class LogisticModel(SpeedModel):
             starts=starts,
             free=np.array([True, with_floor, True, True]),
         )
+
+
+def _share(z: FloatArray) -> FloatArray:
+    """1 / (1 + exp(z)), as ``_scalar`` computes it (numpy alone, no overflow)."""
+    return np.where(z > 700.0, 0.0, 1.0 / (1.0 + np.exp(np.minimum(z, 700.0))))

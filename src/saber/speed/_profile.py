@@ -51,7 +51,7 @@ class PointsSummary(BaseModel):
     levels: list[LevelSummary]
 
 
-class BackendInfo(BaseModel):
+class ProfiledBackend(BaseModel):
     """The serving engine that was profiled."""
 
     model_config = ConfigDict(extra="forbid")
@@ -106,15 +106,18 @@ class TTFTFit(BaseModel):
 class FitScore(BaseModel):
     """One speed model's fit during profiling, scored on held-out load levels.
 
-    `r2` and `mape` are over the held-out requests; `level_r2` over the held-out
-    levels' mean speeds, which leaves out the spread between requests at one load;
-    `in_sample_r2` over every point, of the model refitted on all of them.
+    `level_error` ranks the models (`saber.speed.select_model`): the mean relative error
+    of the curve at the levels' mean speeds, each level predicted by a fit without it
+    where it can be. `r2` and `mape` are over the held-out requests; `level_r2` over the
+    held-out levels' mean speeds, which leaves out the spread between requests at one
+    load; `in_sample_r2` over every point, of the model refitted on all of them.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     kind: str
     params: dict[str, FiniteFloat]
+    level_error: FiniteFloat | None = Field(default=None, ge=0.0)
     r2: FiniteFloat = Field(le=1.0)
     mape: FiniteFloat = Field(ge=0.0)
     level_r2: FiniteFloat | None = Field(default=None, le=1.0)
@@ -135,8 +138,13 @@ class ProfilingInfo(BaseModel):
     endpoint: str
     levels: list[Annotated[int, Field(ge=1)]]
     held_out_levels: list[Annotated[int, Field(ge=1)]] = []
+    cross_validated: bool = False
     scoring: str | None = Field(default=None, description="how the fits' R^2 were scored")
     requests_per_level: Annotated[int, Field(ge=1)]
+    rounds: Annotated[int, Field(ge=1)] = 1
+    remeasured_levels: list[Annotated[int, Field(ge=1)]] = []
+    """Levels whose rounds disagreed (something else slowed the backend) and were visited
+    again."""
     warmup: str
     lengths: Literal["forced", "observed"] = "forced"
     saturated_at: Annotated[int, Field(ge=1)] | None = None
@@ -156,10 +164,9 @@ class Profile(BaseModel):
     mape: FiniteFloat = Field(ge=0.0)
     points: PointsSummary
     samples: list[tuple[Load, Speed]] | None = None
-    backend: BackendInfo
+    backend: ProfiledBackend
     model: ModelInfo
     created_at: AwareDatetime
-    ttft: dict[str, Any] | None = None
     ttft_fit: TTFTFit | None = None
     profiling: ProfilingInfo | None = None
     notes: str | None = None
@@ -228,20 +235,20 @@ def build_profile(
     loads: ArrayLike,
     speeds: ArrayLike,
     *,
-    backend: BackendInfo | Mapping[str, Any] | str,
+    backend: ProfiledBackend | Mapping[str, Any] | str,
     model_name: str,
     notes: str | None = None,
     keep_samples: bool = True,
 ) -> Profile:
     """A profile for a fitted model, scored (R^2, MAPE) and summarised on the given points.
 
-    `backend` is a BackendInfo, a mapping of its fields, or just its kind ("vllm").
+    `backend` is a ProfiledBackend, a mapping of its fields, or just its kind ("vllm").
     """
     x, y = as_points(loads, speeds)
     if isinstance(backend, str):
-        backend = BackendInfo(kind=backend)
-    elif not isinstance(backend, BackendInfo):
-        backend = BackendInfo.model_validate(dict(backend))
+        backend = ProfiledBackend(kind=backend)
+    elif not isinstance(backend, ProfiledBackend):
+        backend = ProfiledBackend.model_validate(dict(backend))
     return Profile(
         kind=model.kind,
         params=model.params,

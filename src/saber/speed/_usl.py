@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Self
 
 import numpy as np
-from scipy.optimize import nnls
 
 from saber.speed._base import SPEED_FLOOR, SpeedModel, as_vector
 from saber.speed._data import FitData, FloatArray
@@ -90,6 +89,8 @@ def check_usl(model: type[SpeedModel], values: Mapping[str, float]) -> None:
 
 def linearised_start(loads: FloatArray, speeds: FloatArray, *, with_kappa: bool) -> FloatArray:
     """USL is linear in 1/f: solve for (1/lam, sigma/lam, kappa/lam) >= 0 on level medians."""
+    from scipy.optimize import nnls  # fitting only: evaluating f(L) needs no scipy
+
     columns = [np.ones_like(loads), loads - 1.0]
     if with_kappa:
         columns.append(loads * (loads - 1.0))

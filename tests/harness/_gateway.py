@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from harness._process import EngineProcess, free_port
 from saber.speed import USLModel, build_profile, save_profile
-from saber.testing._process import EngineProcess, free_port
 
 # f(1) = 600 tokens/s, falling slowly with load: admits everything a test sends, so a
 # test of the wire contract is not at the mercy of the admission policy.

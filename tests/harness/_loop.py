@@ -12,7 +12,6 @@ GPU does not, and long prompts would make TTFT the whole story.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,11 +19,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from saber.bench._real import rescale_tasks
+from harness._gateway import start_gateway
+from harness._process import EngineProcess
+from saber.bench import RealComparison, rescale_tasks, run_real
 from saber.config import DEFAULT_PROFILE_DIR, TaskType, load_tasks, load_workloads
+from saber.profile import profile_backend
 from saber.speed import Profile, load_profile
-from saber.testing._gateway import start_gateway
-from saber.testing._process import EngineProcess
 from saber.workload import TraceRequest, generate_trace
 
 REFERENCE_PROFILE = DEFAULT_PROFILE_DIR / "saber-sim-paper.json"  # the engine Table I fits
@@ -38,13 +38,13 @@ class LoopReport:
     rps: float
     capacity_rps: float
     tasks: dict[str, TaskType]
-    real: dict[str, Any]  # what saber-bench real wrote: short_sla_tasks, summaries, runs
+    real: RealComparison  # both replays (saber-bench real)
 
     def summary(self, run: str) -> dict[str, Any]:
-        return next(s for s in self.real["summaries"] if s["run"] == run)
+        return self.real.summary(run)
 
 
-def capacity_rps(profile: Profile, trace: Sequence[TraceRequest]) -> float:
+def capacity_rps(profile: Profile, trace: list[TraceRequest]) -> float:
     """Requests/s of this trace the engine can finish at best: the highest aggregate speed
     it was measured at (load x mean speed, per level profiled) over the trace's own mean
     output length. Measured, not fitted: a fit that bends the wrong way at the top
@@ -66,7 +66,7 @@ def real_loop(
     workload: str = "W3",
     input_scale: float = 0.1,
     output_scale: float = 0.5,
-    levels: str = "1,2,4,8,16,32",
+    levels: tuple[int, ...] = (1, 2, 4, 8, 16, 32),
     requests_per_level: int = 20,
     overload: float = 4.0,
     requests: int = 100,
@@ -76,26 +76,24 @@ def real_loop(
 ) -> LoopReport:
     """Profile ``engine`` (or take ``profile``, made by an earlier run on the same engine
     and scales), start a gateway with that profile, rescaled SLAs and ``settings`` (its
-    config file's keys), and run ``saber-bench real`` at ``overload`` times the profiled
-    capacity. The gateway is stopped on the way out; the engine is left running."""
-    # Imported here: the two CLIs (rich, matplotlib) would slow every test's import.
-    from saber.bench.cli import main as bench_main
-    from saber.profile.cli import main as profile_main
-
+    config file's keys), and replay one stream (``saber.bench.run_real``) at ``overload``
+    times the profiled capacity. The gateway is stopped on the way out; the engine is
+    left running."""
     workdir.mkdir(parents=True, exist_ok=True)
     paper = load_tasks()
     workloads = load_workloads(tasks=paper)
     if profile is None:
         sized = rescale_tasks(paper, input_scale=input_scale, output_scale=output_scale)
         profile = workdir / "profile.json"
-        _run(
-            profile_main,
-            "--base-url", engine.base_url, "--model", engine.model,
-            "--tasks", str(write_tasks(sized, workdir / "lengths.yaml")),
-            "--workload", workload, "--levels", levels,
-            "--requests-per-level", str(requests_per_level), "--out", str(profile),
-            "--no-progress",
-        )  # fmt: skip
+        profile_backend(
+            engine.base_url,
+            engine.model,
+            profile,
+            workload=workload,
+            tasks=sized,
+            levels=levels,
+            requests_per_level=requests_per_level,
+        )
     fitted = load_profile(profile)
     tasks = rescale_tasks(
         paper,
@@ -112,20 +110,17 @@ def real_loop(
     rps = overload * capacity
     gateway = start_gateway(engine, profile, config=config)
     try:
-        result = workdir / "real.json"
-        _run(
-            bench_main,
-            "real", "--engine", engine.base_url, "--gateway", gateway.url,
-            "--model", engine.model, "--tasks", str(config), "--workload", workload,
-            "--rps", f"{rps:.3f}", "--requests", str(requests), "--seed", str(seed),
-            "--out", str(result),
-        )  # fmt: skip
+        real = run_real(
+            engine.base_url,
+            gateway.url,
+            engine.model,
+            tasks,
+            workload=workload,
+            rps=rps,
+            requests=requests,
+            seed=seed,
+        )
     finally:
         gateway.stop()
-    return LoopReport(fitted, rps, capacity, tasks, json.loads(result.read_text()))
-
-
-def _run(main: Callable[[list[str]], int], *argv: str) -> None:
-    code = main(list(argv))
-    if code != 0:
-        raise RuntimeError(f"{main.__module__} {' '.join(argv)}: exit {code}")
+    (workdir / "real.json").write_text(json.dumps(real.to_dict(), indent=2))
+    return LoopReport(fitted, rps, capacity, tasks, real)

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from saber.testing import _text
-from saber.testing._cache import cache_dir, is_ready, locked, log, mark_ready, run
-from saber.testing._process import EngineProcess, free_port
+from harness import _text
+from harness._cache import cache_dir, is_ready, locked, log, mark_ready, run
+from harness._process import EngineProcess, free_port
 
 VLLM_VERSION = "0.32.0"
 HF_MODEL_VERSION = 2  # bump when the model's recipe changes

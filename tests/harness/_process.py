@@ -20,7 +20,7 @@ from types import TracebackType
 
 import httpx
 
-from saber.testing._cache import cache_dir, tail
+from harness._cache import cache_dir, tail
 
 _LIVE: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
 
@@ -43,8 +43,14 @@ class EngineProcess:
     ``start()`` returns once ``/health`` answers 200; ``stop()`` sends SIGTERM to the
     engine, then SIGKILL to its process group after ``grace_s``; ``restart()`` keeps the
     port, so a gateway pointed at it needs no change. Output goes to ``log_path``. A
-    positive ``nice`` lowers the engine's CPU priority; ``cpus`` (taskset's list, "0")
-    confines it and every process it starts to those CPUs.
+    positive ``nice`` lowers the engine's CPU priority, a negative one (root only; ignored
+    otherwise) raises it; ``cpus`` (taskset's list, "0") confines it and every process it
+    starts to those CPUs.
+
+    The engine runs in a session of its own, and Linux (with autogroups, the default)
+    shares the CPU between sessions first: a process's own nice then only ranks it
+    within its session. So ``nice`` is also set on the engine's session
+    (``/proc/PID/autogroup``), which is what ranks it against everything else running.
     """
 
     def __init__(
@@ -72,6 +78,7 @@ class EngineProcess:
         self.env = dict(os.environ if env is None else env)
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path or cache_dir() / "logs" / f"{kind}-{os.getpid()}-{port}.log"
+        self.nice = nice
         self.startup_s: float | None = None  # how long the last start() took
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -101,6 +108,8 @@ class EngineProcess:
                 start_new_session=True,
             )
         _LIVE.add(self)
+        if self.nice:
+            _set_session_nice(self._proc.pid, self.nice)
         deadline = started + self.startup_timeout_s
         with httpx.Client(timeout=2.0) as client:
             while True:
@@ -190,6 +199,14 @@ class EngineProcess:
 
     def __repr__(self) -> str:
         return f"EngineProcess({self.kind!r}, {self.base_url!r}, {self.model!r}, pid={self.pid})"
+
+
+def _set_session_nice(pid: int, nice: int) -> None:
+    """Rank the session ``pid`` leads against the machine's other sessions; a kernel
+    without autogroups, or a user without the right to raise a priority, keeps the
+    default."""
+    with contextlib.suppress(OSError):
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
 
 
 def _kill_group(pgid: int) -> None:

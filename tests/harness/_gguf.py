@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from saber.testing import _text
-from saber.testing._cache import cache_dir, locked
+from harness import _text
+from harness._cache import cache_dir, locked
 
 GGUF_MODEL_VERSION = 1  # bump when the recipe changes
 LAYERS = 8

@@ -47,7 +47,7 @@ def locked(path: Path) -> Iterator[None]:
 
 def log(message: str) -> None:
     """Progress for people watching a long build (stderr, so stdout stays clean)."""
-    print(f"[saber.testing {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    print(f"[harness {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def run(cmd: Sequence[str | os.PathLike[str]], *, log_file: Path, cwd: Path | None = None) -> None:

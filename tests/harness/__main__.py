@@ -1,4 +1,5 @@
-"""``python -m saber.testing prepare [--vllm] [--llamacpp]``: build and cache the engines.
+"""``PYTHONPATH=tests python -m harness prepare [--vllm] [--llamacpp]``: build and cache
+the engines.
 
 CI runs it before the real-engine test tiers, so that a cold cache shows up as a
 build step with its own timings rather than as a slow first test.
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from saber.testing import (
+from harness import (
     cache_dir,
     ensure_gguf_model,
     ensure_hf_model,
@@ -40,7 +41,7 @@ def prepare(vllm: bool, llamacpp: bool, seed: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m saber.testing", description="Real inference engines for the test tiers."
+        prog="python -m harness", description="Real inference engines for the test tiers."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     prep = sub.add_parser(

@@ -1,0 +1,46 @@
+"""The test harness: real inference engines on a CPU-only machine, and small helpers.
+
+Not part of the saber package (the wheel leaves ``tests/`` out): pytest puts ``tests/``
+on the path (``pythonpath`` in pyproject.toml), and scripts under ``bench/`` put it
+there themselves.
+
+``ensure_*`` build what is missing into the cache (``cache_dir()``) and return at once
+when it is there; ``start_vllm`` / ``start_llamacpp`` start an engine on a free
+127.0.0.1 port and return its running ``EngineProcess``.
+``PYTHONPATH=tests python -m harness prepare`` warms the cache; ``start_gateway`` puts
+a saber-gateway process in front of an engine; ``real_loop`` profiles an engine and
+replays a stream with and without a gateway. See docs/real-backends.md.
+"""
+
+from harness._cache import cache_dir
+from harness._gateway import GENEROUS, EngineGateway, start_gateway, write_profile
+from harness._gguf import ensure_gguf_model
+from harness._llamacpp import ensure_llama_server, start_llamacpp
+from harness._loop import LoopReport, real_loop
+from harness._metrics import metric_value, scrape
+from harness._process import EngineProcess, EngineStartError, free_port
+from harness._serve import serve_app, wait_until
+from harness._vllm import ensure_hf_model, ensure_vllm_env, start_vllm
+
+__all__ = [
+    "GENEROUS",
+    "EngineGateway",
+    "EngineProcess",
+    "EngineStartError",
+    "LoopReport",
+    "cache_dir",
+    "ensure_gguf_model",
+    "ensure_hf_model",
+    "ensure_llama_server",
+    "ensure_vllm_env",
+    "free_port",
+    "metric_value",
+    "real_loop",
+    "scrape",
+    "serve_app",
+    "start_gateway",
+    "start_llamacpp",
+    "start_vllm",
+    "wait_until",
+    "write_profile",
+]

@@ -1,0 +1,154 @@
+"""Levels measured in rounds: up the levels, then down; a round slowed by something else
+is measured again and left out of the fit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import saber.profile.runner as runner_module
+import saber.profile.session as session_module
+from saber.backend import BackendError, BackendInfo, BackendKind
+from saber.profile import PointsFile, ProfileRunError, points_path, profile_backend, read_points
+from saber.profile.requests import RequestSpec
+from saber.profile.session import AGREEMENT, EXTRA_ROUNDS, RunSettings, agree
+from saber.profile.stream import Outcome, Target
+from saber.speed import USLModel, load_profile
+
+
+def settings(**changes: Any) -> RunSettings:
+    base = RunSettings("http://x", "m", "completions", "dataset d", (1, 2, 4), 10, None, 0, 2)
+    return RunSettings(**{**base.__dict__, **changes})
+
+
+def test_visits_go_up_then_down_and_share_the_points() -> None:
+    run = settings(levels=(1, 2, 4), rounds=3, requests_per_level=10)
+    assert run.visits() == [(0, 0), (0, 1), (0, 2), (1, 2), (1, 1), (1, 0), (2, 0), (2, 1), (2, 2)]
+    assert [run.quota(r) for r in range(4)] == [4, 3, 3, 4]  # a fourth visit replaces one
+    assert settings(rounds=1).visits() == [(0, 0), (0, 1), (0, 2)]
+
+
+def test_rounds_agree_within_ten_percent_or_within_their_noise() -> None:
+    steady = [[100.0, 101.0, 99.0, 100.0], [108.0, 109.0, 107.0, 108.0]]
+    assert agree(steady)
+    assert not agree([[100.0, 101.0, 99.0, 100.0], [115.0, 116.0, 114.0, 115.0]])
+    # A task mix at 4 points a round: 15% apart is within the noise of the means.
+    assert agree([[50.0, 150.0, 80.0, 120.0], [60.0, 170.0, 90.0, 140.0]])
+    assert agree([[100.0]]) and AGREEMENT == 0.10
+
+
+class FakeEngine:
+    """Speeds from a USL curve, ``slow`` times slower during the visits in ``slow_visits``
+    ((level, round) pairs; "all" from the second round on)."""
+
+    def __init__(self, curve: USLModel) -> None:
+        self.curve, self.in_flight, self.factor = curve, 0, 1.0
+        self.slow = 1.5
+        self.slow_visits: set[tuple[int, int]] | str = set()
+
+    def visiting(self, level: int, round: int) -> None:
+        hit = (level, round) in self.slow_visits if isinstance(self.slow_visits, set) else round > 0
+        self.factor = self.slow if hit else 1.0
+
+    async def send(self, client: Any, target: Target, spec: RequestSpec) -> Outcome:
+        self.in_flight += 1
+        started = time.perf_counter()
+        try:
+            speed = self.curve.predict(float(self.in_flight)) / self.factor
+            await asyncio.sleep(spec.max_tokens / speed)
+        finally:
+            self.in_flight -= 1
+        return Outcome(started, started + 0.001, time.perf_counter(), spec.max_tokens, 20, True)
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
+    fake = FakeEngine(USLModel(lam=2000.0, sigma=0.3, kappa=0.0))
+
+    async def describe(client: Any, root: str) -> BackendInfo:
+        return BackendInfo(BackendKind.SIM, "fake", ["m"])
+
+    async def no_metrics(*args: Any) -> Any:
+        raise BackendError("no /metrics here")
+
+    monkeypatch.setattr(session_module, "describe", describe)
+    monkeypatch.setattr(session_module, "fetch_load", no_metrics)
+    monkeypatch.setattr(session_module, "send", fake.send)
+    monkeypatch.setattr(runner_module, "send", fake.send)
+    run_level = runner_module.Runner.run_level
+
+    async def visit(self: Any, level: int, *args: Any, round: int = 0, **kwargs: Any) -> Any:
+        fake.visiting(level, round)
+        return await run_level(self, level, *args, round=round, **kwargs)
+
+    monkeypatch.setattr(runner_module.Runner, "run_level", visit)
+    return fake
+
+
+def write_dataset(path: Path) -> Path:
+    path.write_text("".join('{"prompt_tokens": 20, "output_tokens": 40}\n' for _ in range(50)))
+    return path
+
+
+def test_a_slowed_round_is_measured_again_and_left_out(engine: FakeEngine, tmp_path: Path) -> None:
+    engine.slow_visits = {(4, 1)}  # something else ran during level 4's second visit
+    out = tmp_path / "p.json"
+    profile = profile_backend(
+        "http://fake", "m", out, dataset=write_dataset(tmp_path / "d.jsonl"),
+        levels=[1, 2, 4], requests_per_level=12, rounds=2,
+    )  # fmt: skip
+    recorded = read_points(points_path(out))
+    assert recorded.dropped == {(4, 1)}
+    assert [recorded.measured(level) for level in (1, 2, 4)] == [12, 12, 12]
+    assert {p.round for p in recorded.counted(4)} == {0, 2}
+    assert profile.profiling is not None and profile.profiling.remeasured_levels == [4]
+    assert profile.profiling.rounds == 2
+    # The fit never saw the slow round: f(4) is the engine's, not 1.5x slower.
+    assert profile.speed_model().predict(4.0) == pytest.approx(engine.curve.predict(4.0), rel=0.08)
+
+
+def test_rounds_a_little_apart_are_all_kept_and_averaged(
+    engine: FakeEngine, tmp_path: Path
+) -> None:
+    engine.slow_visits, engine.slow = {(4, 1)}, 1.15  # within OUTLIER of the others
+    out = tmp_path / "p.json"
+    profile_backend(
+        "http://fake", "m", out, dataset=write_dataset(tmp_path / "d.jsonl"),
+        levels=[1, 2, 4], requests_per_level=12, rounds=2,
+    )  # fmt: skip
+    recorded = read_points(points_path(out))
+    assert not recorded.dropped
+    # Visited twice more (the slow round keeps the four apart), every round kept.
+    assert {p.round for p in recorded.counted(4)} == {0, 1, 2, 3}
+    assert recorded.measured(4) == 24 and recorded.measured(2) == 12
+    assert load_profile(out).profiling.remeasured_levels == [4]  # type: ignore[union-attr]
+
+
+def test_rounds_that_never_agree_are_measured_at_most_twice_more(
+    engine: FakeEngine, tmp_path: Path
+) -> None:
+    engine.slow_visits = "all"  # from the second round on: no third visit agrees better
+    out = tmp_path / "p.json"
+    profile_backend(
+        "http://fake", "m", out, dataset=write_dataset(tmp_path / "d.jsonl"),
+        levels=[1, 2, 4], requests_per_level=12, rounds=2,
+    )  # fmt: skip
+    recorded = read_points(points_path(out))
+    rounds = {level: {p.round for p in recorded.points if p.level == level} for level in (1, 2, 4)}
+    assert all(len(r) <= 2 + EXTRA_ROUNDS for r in rounds.values())
+    assert all(recorded.measured(level) == 12 for level in (1, 2, 4))
+
+
+def test_dropped_rounds_survive_a_resume(engine: FakeEngine, tmp_path: Path) -> None:
+    store = points_path(tmp_path / "p.json")
+    file = PointsFile.create(store, settings().to_json())
+    file.open()
+    file.drop(4, 1)
+    file.close()
+    assert read_points(store).dropped == {(4, 1)}
+    with pytest.raises(ProfileRunError, match="rounds must be between 1 and"):
+        profile_backend("http://fake", "m", tmp_path / "q.json", requests_per_level=2, rounds=3)
