@@ -28,6 +28,14 @@ from harness import real_loop, start_llamacpp
 from saber.config import GatewayConfig
 
 
+def settings(args: argparse.Namespace) -> dict[str, object]:
+    out: dict[str, object] = {"policy": args.policy}
+    if args.refit_points:
+        n = args.refit_points
+        out["refit"] = {"interval_s": 1.0, "window": n, "min_points": n, "every": max(n // 3, 1)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="llama-server's threads (default 1)")
@@ -39,9 +47,15 @@ def main() -> None:
     parser.add_argument("--output-scale", type=float, default=0.5, help="output lengths x")
     parser.add_argument("--out", type=Path, help="folder to keep the profile, configs and runs")
     parser.add_argument("--profile", type=Path, help="reuse this profile (same engine, scales)")
-    rules = get_args(GatewayConfig.model_fields["protection"].annotation)
-    parser.add_argument("--protection", choices=rules, default="frozen")
-    parser.add_argument("--lpq-guard", action="store_true")
+    policies = get_args(GatewayConfig.model_fields["policy"].annotation)
+    parser.add_argument("--policy", choices=policies, default="closed-loop")
+    parser.add_argument(
+        "--refit-points",
+        type=int,
+        default=None,
+        help="refit f(L) on this many finished requests, every third of them "
+        "(default: the gateway's, 200 every 200, which a short run never reaches)",
+    )
     args = parser.parse_args()
     workdir = args.out or Path(tempfile.mkdtemp(prefix="saber-real-loop-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -58,7 +72,7 @@ def main() -> None:
             requests=args.requests,
             seed=args.seed,
             profile=args.profile,
-            settings={"protection": args.protection, "lpq_guard": args.lpq_guard},
+            settings=settings(args),
         )
     finally:
         engine.stop()
@@ -67,6 +81,22 @@ def main() -> None:
     slas = ", ".join(f"{n} {t.sla_s:.3f} s" for n, t in report.tasks.items())
     print(f"SLAs: {slas}")
     print(f"capacity {report.capacity_rps:.2f} req/s; sent {report.rps:.2f} req/s")
+    learned = report.status["learning"]
+    print(
+        f"gateway learned: {learned['refits']} refits, {learned['swaps']} swaps, "
+        f"observed/profile {learned['observed_over_profile']}, observed/predicted "
+        f"{learned['observed_over_predicted']}, calibration {report.status['calibration']}"
+    )
+    tasks = report.status["tasks"]
+    print(
+        "expected lengths (configured -> learned mean, p90): "
+        + ", ".join(
+            f"{n} {t['configured_output_tokens']:.0f} -> {t['learned_output_tokens']['mean']:.0f}, "
+            f"{t['learned_output_tokens']['p90']:.0f}"
+            for n, t in tasks.items()
+            if t["learned_output_tokens"]
+        )
+    )
     for run in ("direct", "gateway"):
         s = report.summary(run)
         print(

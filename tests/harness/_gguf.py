@@ -49,8 +49,8 @@ def vocabulary(seed: int, size: int = 1024) -> tuple[list[str], list[float], lis
     return tokens, scores, [int(t) for t in types]
 
 
-def write_gguf(path: Path, seed: int = 0) -> None:
-    """Write the model to ``path`` (about 55 MB, about a second)."""
+def write_gguf(path: Path, seed: int = 0, layers: int = LAYERS) -> None:
+    """Write the model to ``path`` (about 55 MB at 8 layers, about a second)."""
     import gguf
 
     tokens, scores, types = vocabulary(seed)
@@ -64,7 +64,7 @@ def write_gguf(path: Path, seed: int = 0) -> None:
     writer.add_name(f"saber-tiny-llama-seed{seed}")
     writer.add_context_length(CONTEXT)
     writer.add_embedding_length(HIDDEN)
-    writer.add_block_count(LAYERS)
+    writer.add_block_count(layers)
     writer.add_feed_forward_length(FEED_FORWARD)
     writer.add_head_count(HEADS)
     writer.add_head_count_kv(HEADS)
@@ -85,7 +85,7 @@ def write_gguf(path: Path, seed: int = 0) -> None:
 
     # numpy shapes are (out, in); gguf reverses them into ggml's (in, out).
     writer.add_tensor("token_embd.weight", weight(len(tokens), HIDDEN))
-    for i in range(LAYERS):
+    for i in range(layers):
         blk = f"blk.{i}"
         writer.add_tensor(f"{blk}.attn_norm.weight", ones)
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
@@ -106,14 +106,16 @@ def write_gguf(path: Path, seed: int = 0) -> None:
     writer.close()
 
 
-def ensure_gguf_model(seed: int = 0) -> Path:
-    """The tiny llama.cpp model for ``seed``, written once into the cache."""
-    path = cache_dir() / "models" / f"tiny-llama-v{GGUF_MODEL_VERSION}-seed{seed}.gguf"
+def ensure_gguf_model(seed: int = 0, layers: int = LAYERS) -> Path:
+    """The tiny llama.cpp model for ``seed``, written once into the cache. More
+    ``layers``: the same model shape, slower in proportion (the drift test's engine)."""
+    deeper = "" if layers == LAYERS else f"-{layers}layers"
+    path = cache_dir() / "models" / f"tiny-llama-v{GGUF_MODEL_VERSION}-seed{seed}{deeper}.gguf"
     if path.is_file():
         return path
     with locked(path):
         if not path.is_file():
             partial = path.with_name(path.name + ".partial")
-            write_gguf(partial, seed)
+            write_gguf(partial, seed, layers)
             os.replace(partial, path)  # atomic: a file at ``path`` is always complete
     return path

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from harness._cache import cache_dir, is_ready, locked, log, mark_ready, run
-from harness._gguf import ensure_gguf_model
+from harness._gguf import LAYERS, ensure_gguf_model
 from harness._process import EngineProcess, free_port
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -90,6 +90,8 @@ def start_llamacpp(
     startup_timeout_s: float = 60.0,
     nice: int = -10,
     cpus: str | None = None,
+    layers: int = LAYERS,
+    port: int | None = None,
 ) -> EngineProcess:
     """Prepare (if needed) and start llama-server on a free 127.0.0.1 port.
 
@@ -102,10 +104,13 @@ def start_llamacpp(
     stalls the whole batch (speeds fell 2-20 fold while another process ran); one
     thread, ranked above the rest of the machine (``nice``), keeps a core to itself
     and leaves the other to the tests and everything else.
+
+    ``layers`` above the default: a slower engine of the same model name; ``port``: the
+    port of an engine stopped before, to restart it in its place.
     """
     binary = ensure_llama_server()
-    gguf_file = ensure_gguf_model(seed)
-    port = free_port()
+    gguf_file = ensure_gguf_model(seed, layers)
+    port = port or free_port()
     argv = [
         str(binary),
         "-m", str(gguf_file),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import yaml
 
@@ -39,6 +40,7 @@ class LoopReport:
     capacity_rps: float
     tasks: dict[str, TaskType]
     real: RealComparison  # both replays (saber-bench real)
+    status: dict[str, Any]  # the gateway's /saber/status at the end of its run
 
     def summary(self, run: str) -> dict[str, Any]:
         return self.real.summary(run)
@@ -120,7 +122,8 @@ def real_loop(
             requests=requests,
             seed=seed,
         )
+        status = httpx.get(gateway.url + "/saber/status", timeout=10.0).raise_for_status().json()
     finally:
         gateway.stop()
     (workdir / "real.json").write_text(json.dumps(real.to_dict(), indent=2))
-    return LoopReport(fitted, rps, capacity, tasks, real)
+    return LoopReport(fitted, rps, capacity, tasks, real, status)

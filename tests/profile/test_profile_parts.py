@@ -169,7 +169,7 @@ def test_request_body_forces_the_length_and_asks_for_usage() -> None:
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["messages"] == [{"role": "user", "content": "hi there"}]
     assert target.url == "http://h:1/v1/chat/completions"
-    assert target.headers == {"Authorization": "Bearer key"}
+    assert target.headers == {"authorization": "Bearer key"}
     assert root_url("http://h:1/v1/") == root_url("http://h:1") == "http://h:1"
 
 

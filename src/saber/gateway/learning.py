@@ -56,6 +56,10 @@ class Learning:
         )
         self.profile: SpeedModel = gw.speed
         self._profile_ratios: deque[float] = deque(maxlen=PROFILE_RATIO_POINTS)
+        # Observed over what admission predicted (calibration included), since the
+        # curve in use last changed: is the gateway's prediction true now?
+        self._predicted_ratios: deque[float] = deque(maxlen=PROFILE_RATIO_POINTS)
+        self._since_swap = 0
         self._task: asyncio.Task[None] | None = None
         self.swapped_at: float | None = None
 
@@ -68,6 +72,8 @@ class Learning:
             seen = sched.observations.popleft()
             if seen.predicted > 0:
                 metrics.speed_ratio.observe(seen.speed / seen.predicted)
+                self._predicted_ratios.append(seen.speed / seen.predicted)
+                self._since_swap += 1
             self._profile_ratios.append(seen.speed / self.profile(seen.load))
             self.fit.observe(seen.load, seen.speed)
 
@@ -78,10 +84,22 @@ class Learning:
             return None
         return statistics.median(self._profile_ratios)
 
+    def predicted_ratio(self) -> float | None:
+        """Median of observed over predicted speed, over the latest finished requests
+        since the curve in use last changed; None before the first."""
+        if not self._predicted_ratios:
+            return None
+        return statistics.median(self._predicted_ratios)
+
     def new_profile(self, profile: SpeedModel) -> None:
         """A reload brought another profile: compare the engine with it from now on."""
         self.profile = profile
         self._profile_ratios.clear()
+        self._curve_changed()
+
+    def _curve_changed(self) -> None:
+        self._predicted_ratios.clear()
+        self._since_swap = 0
 
     # -- the refit loop ----------------------------------------------------------------
 
@@ -125,6 +143,7 @@ class Learning:
             return False
         metrics.refits.labels("swapped").inc()
         self.gw.scheduler.set_speed_model(result.model)
+        self._curve_changed()
         self.swapped_at = self.gw.admission.now()
         log.warning(
             "speed model swapped: the engine departs from the curve in use",
@@ -142,6 +161,7 @@ class Learning:
         return True
 
     def summary(self) -> dict[str, Any]:
+        self.drain()
         last = self.fit.last
         model = self.gw.scheduler.speed_model
         return {
@@ -152,6 +172,8 @@ class Learning:
             "last_departure": None if last is None else round(last.departure, 4),
             "live_model": model.to_dict() if isinstance(model, SpeedModel) else None,
             "observed_over_profile": _round(self.profile_ratio()),
+            "observed_over_predicted": _round(self.predicted_ratio()),
+            "observed_since_swap": self._since_swap,
         }
 
     # -- state across restarts -----------------------------------------------------------
