@@ -64,6 +64,36 @@ def test_points_that_cannot_be_fitted_give_no_refit():
     assert result is None and fit.refits == 0
 
 
+def test_a_narrow_band_of_loads_gives_no_refit():
+    # Overloaded, a gateway runs 40-48 requests for minutes: a curve fitted there is a
+    # guess at one request (on llama.cpp it said 4 million tokens/s). Calibration scales
+    # the curve in use instead.
+    profile = USL.from_params(lam=300.0, sigma=0.7, kappa=0.01)
+    rng = np.random.default_rng(0)
+    loads = rng.uniform(40, 48, 60)
+    speeds = np.array([profile(x) for x in loads]) * 1.7 * rng.lognormal(0, 0.1, 60)
+    fit = LiveFit(min_points=30, every=30, window=60)
+    assert fit.judge(profile, "usl", loads, speeds) is None
+    assert fit.refits == 0
+
+
+def test_a_fit_that_bends_away_below_the_loads_seen_is_not_kept():
+    # Points at 4-40 from a curve that agrees with the profile there but, extrapolated,
+    # runs 6x the profile at one request: not an engine the points show.
+    profile = USL.from_params(lam=100.0, sigma=0.3, kappa=0.0)
+    wild = USL.from_params(lam=600.0, sigma=1.0, kappa=0.5)
+    rng = np.random.default_rng(1)
+    loads = rng.uniform(4, 40, 200)
+    speeds = np.array([wild(x) for x in loads]) * rng.lognormal(0, 0.02, 200)
+    result = LiveFit().judge(profile, "usl", loads, speeds)
+    assert result is None
+    # The same engine seen from 1 to 40: the fit is kept and swapped in.
+    loads = rng.uniform(1, 40, 200)
+    speeds = np.array([wild(x) for x in loads]) * rng.lognormal(0, 0.02, 200)
+    result = LiveFit().judge(profile, "usl", loads, speeds)
+    assert result is not None and result.swap
+
+
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError):
         LiveFit(window=10, min_points=20)

@@ -28,6 +28,14 @@ EVERY = 200
 MARGIN = 0.15
 """The live curve replaces the one in use when they differ by more than this
 (relative), somewhere within the loads seen."""
+MIN_SPAN = 2.0
+"""The loads seen must span this ratio (95th over 5th percentile) for a refit: a
+curve fitted on a narrow band of loads is a guess everywhere else (calibration,
+which scales the curve in use, is what follows the engine there)."""
+MAX_BEND = 4.0
+"""Below the loads seen, a refitted curve is an extrapolation: one whose ratio to the
+curve in use moves by more than this factor between there and one request (f(1) a
+thousand times the engine's, from points at 40-48 requests) is not kept."""
 
 
 @dataclass(frozen=True)
@@ -90,13 +98,22 @@ class LiveFit:
         self, current: Callable[[float], float], kind: str, loads: np.ndarray, speeds: np.ndarray
     ) -> Refit | None:
         """Fit ``kind`` to the points and compare it with ``current``; None if the
-        points cannot support a fit. Pure apart from the counters."""
+        points cannot support a fit: too narrow a band of loads, no fit, or a fit that
+        bends away from ``current`` below the loads seen. Pure apart from the
+        counters."""
+        low, high = (float(v) for v in np.percentile(loads, [5, 95]))
+        if high < MIN_SPAN * max(low, 1.0):
+            return None
         try:
             model = fit_model(kind, loads, speeds)
         except (FitError, ValueError):
             return None
+        least = max(float(loads.min()), 1.0)
+        at_least = model(least) / current(least)
+        below = np.linspace(1.0, least, 25)
+        if any(not 1 / MAX_BEND <= model(x) / current(x) / at_least <= MAX_BEND for x in below):
+            return None
         self.refits += 1
-        low, high = (float(v) for v in np.percentile(loads, [5, 95]))
         grid = np.linspace(low, max(high, low + 1e-9), 25)
         departure = max(abs(model(x) / current(x) - 1.0) for x in grid)
         refit = Refit(model, departure, (low, high), len(loads), departure > self.margin)
