@@ -74,7 +74,13 @@ class Learning:
                 metrics.speed_ratio.observe(seen.speed / seen.predicted)
                 self._predicted_ratios.append(seen.speed / seen.predicted)
                 self._since_swap += 1
-            self._profile_ratios.append(seen.speed / self.profile(seen.load))
+            # Against the curve's mean over the run (``seen.expected``), carried over
+            # to the loaded profile where a refit swapped another curve in.
+            current = sched.speed_model
+            to_profile = (
+                1.0 if current is self.profile else current(seen.load) / self.profile(seen.load)
+            )
+            self._profile_ratios.append(seen.speed / (seen.expected * to_profile))
             self.fit.observe(seen.load, seen.speed)
 
     def profile_ratio(self) -> float | None:

@@ -194,7 +194,7 @@ class GatewayMetrics:
         self.speed_ratio = Histogram(
             "saber_speed_observed_over_predicted",
             "Per finished request: the speed it got over the speed f(L) (calibrated) "
-            "predicted at its time-averaged load.",
+            "predicted for it, averaged over the loads it ran at.",
             buckets=_RATIO,
             registry=r,
         )
@@ -377,8 +377,8 @@ class _LearningCollector(Collector):
         profile = GaugeMetricFamily(
             "saber_speed_observed_over_profile",
             "Median, over recent finished requests, of the speed they got over the speed "
-            "the loaded profile predicts: far from 1, the profile no longer describes the "
-            "engine. Absent until a request has finished.",
+            "the loaded profile predicts over the loads they ran at: far from 1, the profile "
+            "no longer describes the engine. Absent until a request has finished.",
         )
         lengths = GaugeMetricFamily(
             "saber_expected_output_tokens",
