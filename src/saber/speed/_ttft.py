@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import nnls
 
 from saber.speed._profile import TTFTFit
 
@@ -25,6 +24,8 @@ def fit_ttft(prompt_tokens: ArrayLike, loads: ArrayLike, ttfts: ArrayLike) -> TT
         return None
     design = np.column_stack((np.ones_like(prompt), prompt, extra, prompt * extra))
     scale = np.maximum(np.abs(design).max(axis=0), 1e-12)
+    from scipy.optimize import nnls  # only to fit: evaluating a fit needs no scipy
+
     coef, _ = nnls(design / scale, ttft)
     coef = coef / scale
     predicted = design @ coef
