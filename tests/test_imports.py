@@ -40,5 +40,5 @@ def test_evaluating_a_profile_and_its_ttft_fit_imports_no_scipy() -> None:
 
 def test_fitting_does_import_scipy() -> None:
     # The probe itself can see scipy: the two tests above would pass on a broken probe.
-    code = "from saber.speed import fit_ttft\nfit_ttft([1, 2, 3, 4] * 3, [1, 1, 2, 2] * 3, [0.1] * 12)"
+    code = "from saber.speed import fit_ttft\nfit_ttft([1, 2, 3] * 4, [1, 2] * 6, [0.1] * 12)"
     assert "scipy" in imported_after(code)
