@@ -7,9 +7,17 @@ assistant trimming context) sizes them for the real model.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from starlette.responses import Response
+
+from saber.gateway.errors import GatewayError
 from saber.gateway.tasks import TaskResolver
+from saber.gateway.upstream import BackendFailure
+
+if TYPE_CHECKING:
+    from saber.gateway.state import Gateway
 
 ALIAS_OWNER = "saber-gateway"
 CARD_FIELDS = ("created", "max_model_len")
@@ -42,3 +50,17 @@ def model_card(
 ) -> dict[str, Any] | None:
     """One model's card (``GET /v1/models/{id}``, which vLLM itself does not serve)."""
     return next((card for card in model_cards(backend, resolver) if card["id"] == model_id), None)
+
+
+async def answer_with_models(
+    gw: Gateway, render: Callable[[list[dict[str, Any]]], Response]
+) -> Response:
+    """``render`` of the backend's model list, or the OpenAI-shaped error that says why
+    there is none (the backend down, or answering something else)."""
+    try:
+        backend = await gw.backend_models()
+    except GatewayError as err:
+        return err.response()
+    except BackendFailure as failure:
+        return GatewayError(failure.outcome, failure.message).response()
+    return render(backend)

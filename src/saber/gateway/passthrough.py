@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 from fastapi import APIRouter, Request
@@ -28,9 +28,9 @@ from starlette.responses import JSONResponse, Response
 from saber import wire
 from saber.gateway import forwarding
 from saber.gateway.errors import GatewayError, invalid
-from saber.gateway.models import model_card
+from saber.gateway.models import answer_with_models, model_card
 from saber.gateway.payload import read_body
-from saber.gateway.state import Gateway
+from saber.gateway.state import Gateway, bound_route, gateway_of
 from saber.gateway.tasks import BACKEND_MODEL
 from saber.gateway.upstream import BackendFailure, classify, downstream_headers, upstream_headers
 from saber.scheduler import Outcome
@@ -58,17 +58,6 @@ NOT_RELAYED = (
 REFUSED = ("/v1/responses", "/v1/responses/{response_id}", "/v1/responses/{response_id}/cancel")
 
 router = APIRouter()
-
-
-def _gateway(request: Request) -> Gateway:
-    return request.app.state.gateway
-
-
-def _relayed_route(path: str) -> Callable[[Request], Awaitable[Response]]:
-    async def route(request: Request) -> Response:
-        return await relay_other(_gateway(request), request, path)
-
-    return route
 
 
 async def relay_other(gw: Gateway, request: Request, path: str) -> Response:
@@ -152,7 +141,7 @@ async def _real_model(gw: Gateway, body: bytes) -> bytes:
 
 
 for _path, _method in RELAYED.items():
-    router.add_api_route(_path, _relayed_route(_path), methods=[_method])
+    router.add_api_route(_path, bound_route(relay_other, _path), methods=[_method])
 
 
 async def _refused(request: Request) -> Response:
@@ -172,17 +161,14 @@ for _path in REFUSED:
 
 @router.get("/v1/models/{model_id:path}")
 async def model(request: Request, model_id: str) -> Response:
-    gw = _gateway(request)
-    try:
-        backend = await gw.backend_models()
-    except GatewayError as err:
-        return err.response()
-    except BackendFailure as failure:
-        return GatewayError(failure.outcome, failure.message).response()
-    card = model_card(backend, gw.resolver, model_id)
-    if card is None:
-        body = wire.error_body(
-            f"The model `{model_id}` does not exist.", 404, code="model_not_found", param="model"
-        )
-        return JSONResponse(body, status_code=404)
-    return JSONResponse(card)
+    gw = gateway_of(request)
+
+    def render(backend: list[dict[str, Any]]) -> Response:
+        card = model_card(backend, gw.resolver, model_id)
+        if card is None:
+            message = f"The model `{model_id}` does not exist."
+            body = wire.error_body(message, 404, code="model_not_found", param="model")
+            return JSONResponse(body, status_code=404)
+        return JSONResponse(card)
+
+    return await answer_with_models(gw, render)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -18,9 +17,9 @@ from saber.gateway.drain import draining_error
 from saber.gateway.errors import GatewayError, internal, invalid
 from saber.gateway.exchange import Exchange
 from saber.gateway.flow import Flow
-from saber.gateway.models import model_cards
+from saber.gateway.models import answer_with_models, model_cards
 from saber.gateway.payload import PATHS, Call
-from saber.gateway.state import Gateway
+from saber.gateway.state import Gateway, bound_route, gateway_of
 from saber.gateway.status import status
 from saber.gateway.tasks import BACKEND_MODEL, Endpoint
 from saber.gateway.upstream import BackendFailure
@@ -32,21 +31,6 @@ router = APIRouter()
 
 COMPLETION_ROUTES: dict[str, Endpoint] = {path: endpoint for endpoint, path in PATHS.items()}
 """The relayed routes: path to endpoint. ``GatewayApp`` serves them directly."""
-
-
-def _gateway(request: Request) -> Gateway:
-    return request.app.state.gateway
-
-
-def _completion_route(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
-    async def route(request: Request) -> Response:
-        return await completion(_gateway(request), request, endpoint)
-
-    return route
-
-
-for _path, _endpoint in COMPLETION_ROUTES.items():
-    router.add_api_route(_path, _completion_route(_endpoint), methods=["POST"])
 
 
 async def completion(gw: Gateway, request: Request, endpoint: Endpoint) -> Response:
@@ -72,6 +56,10 @@ async def completion(gw: Gateway, request: Request, endpoint: Endpoint) -> Respo
         log.exception("internal error while accepting a request", extra={"id": flow.id})
         return _answer(flow, internal(exc))
     return Exchange(flow)
+
+
+for _path, _endpoint in COMPLETION_ROUTES.items():
+    router.add_api_route(_path, bound_route(completion, _endpoint), methods=["POST"])
 
 
 async def _accept(flow: Flow, request: Request) -> None:
@@ -139,21 +127,18 @@ def _answer(flow: Flow, err: GatewayError, fault: str | None = None) -> Response
 
 @router.get("/v1/models")
 async def models(request: Request) -> Response:
-    gw = _gateway(request)
-    try:
-        backend = await gw.backend_models()
-    except GatewayError as err:
-        return err.response()
-    except BackendFailure as failure:
-        return GatewayError(failure.outcome, failure.message).response()
-    return JSONResponse({"object": "list", "data": model_cards(backend, gw.resolver)})
+    gw = gateway_of(request)
+    return await answer_with_models(
+        gw,
+        lambda backend: JSONResponse({"object": "list", "data": model_cards(backend, gw.resolver)}),
+    )
 
 
 @router.get("/health")
 async def health(request: Request) -> Response:
     """200 when the backend answers its /health, 503 when it does not or answers 5xx,
     or while the gateway drains; the gateway is up either way."""
-    gw = _gateway(request)
+    gw = gateway_of(request)
     status, backend = await _readiness(gw)
     body = {
         "status": status,
@@ -175,7 +160,7 @@ async def live(request: Request) -> Response:
 async def ready(request: Request) -> Response:
     """200 when the gateway takes requests: not draining, and the backend answers its
     /health below 500 (no key needed, so it says no more than that)."""
-    status, _ = await _readiness(_gateway(request))
+    status, _ = await _readiness(gateway_of(request))
     return JSONResponse({"status": status}, status_code=200 if status == "ok" else 503)
 
 
@@ -199,10 +184,10 @@ async def _readiness(gw: Gateway) -> tuple[str, dict[str, Any]]:
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
     return Response(
-        generate_latest(_gateway(request).metrics.registry), media_type=CONTENT_TYPE_LATEST
+        generate_latest(gateway_of(request).metrics.registry), media_type=CONTENT_TYPE_LATEST
     )
 
 
 @router.get("/saber/status")
 async def saber_status(request: Request) -> Response:
-    return JSONResponse(status(_gateway(request)))
+    return JSONResponse(status(gateway_of(request)))

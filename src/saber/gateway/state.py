@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
+from starlette.requests import Request
+from starlette.responses import Response
 
 from saber.config import TaskType
 from saber.gateway.access import Access
@@ -206,3 +209,23 @@ class Gateway:
                 )
         assert self._backend_model is not None
         return self._backend_model
+
+
+def gateway_of(request: Request) -> Gateway:
+    """The Gateway serving ``request`` (``create_app`` puts it in the app's state)."""
+    return request.app.state.gateway
+
+
+_Arg = TypeVar("_Arg")
+
+
+def bound_route(
+    handler: Callable[[Gateway, Request, _Arg], Awaitable[Response]], arg: _Arg
+) -> Callable[[Request], Awaitable[Response]]:
+    """A route for FastAPI that calls ``handler(gateway, request, arg)``: one function
+    per path, each with its own ``arg`` (an endpoint, a pass-through path)."""
+
+    async def route(request: Request) -> Response:
+        return await handler(gateway_of(request), request, arg)
+
+    return route
