@@ -16,7 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness import wait_until
 from saber.gateway.access_log import GATEWAY_LOGGER, REQUEST_LOGGER
+from saber.gateway.learning import over_profile
+from saber.scheduler import Observation
 from saber.sim.http import RunningSim
+from saber.speed import MODELS
 
 # Refits as soon as 40 requests have finished on three loads, every 0.2 s.
 QUICK_REFIT = {
@@ -130,3 +133,13 @@ def test_the_state_file_keeps_what_was_learned_across_a_restart(
     state.write_text("{not json")
     third = gateway_factory(sim.url, state_file=str(state))  # starts, ignoring it
     assert third.gateway.scheduler.lengths.summary()["code_generation"]["observed"] == 0
+
+
+def test_observed_over_the_profile_is_judged_against_the_profile_after_a_swap() -> None:
+    # The engine runs at half the profile; a refit swapped in a curve that says so.
+    # A request that got exactly what the live curve expected is at half the profile.
+    profile = MODELS["usl"].from_params(lam=100.0, sigma=0.1, kappa=0.0)
+    live = MODELS["usl"].from_params(lam=50.0, sigma=0.1, kappa=0.0)
+    seen = Observation(at=0.0, load=4.0, speed=38.0, expected=38.0, predicted=38.0)
+    assert over_profile(seen, live, profile) == pytest.approx(0.5)
+    assert over_profile(seen, profile, profile) == pytest.approx(1.0)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.scheduler import Observation, SpeedFn
 from saber.speed import MODELS, LiveFit, SpeedModel
 
 if TYPE_CHECKING:
@@ -39,6 +40,15 @@ log = logging.getLogger(GATEWAY_LOGGER)
 STATE_VERSION = 1
 PROFILE_RATIO_POINTS = 200
 """The recent finished requests over which observed speed is compared with the profile."""
+
+
+def over_profile(seen: Observation, current: SpeedFn, profile: SpeedFn) -> float:
+    """A finished request's speed over what the loaded profile predicted for it: the
+    curve in use's mean over its run (``seen.expected``), carried over to the profile
+    where a refit swapped another curve in."""
+    if current is profile:
+        return seen.speed / seen.expected
+    return seen.speed / seen.expected * current(seen.load) / profile(seen.load)
 
 
 class Learning:
@@ -74,13 +84,7 @@ class Learning:
                 metrics.speed_ratio.observe(seen.speed / seen.predicted)
                 self._predicted_ratios.append(seen.speed / seen.predicted)
                 self._since_swap += 1
-            # Against the curve's mean over the run (``seen.expected``), carried over
-            # to the loaded profile where a refit swapped another curve in.
-            current = sched.speed_model
-            to_profile = (
-                1.0 if current is self.profile else current(seen.load) / self.profile(seen.load)
-            )
-            self._profile_ratios.append(seen.speed / (seen.expected * to_profile))
+            self._profile_ratios.append(over_profile(seen, sched.speed_model, self.profile))
             self.fit.observe(seen.load, seen.speed)
 
     def profile_ratio(self) -> float | None:
