@@ -13,7 +13,7 @@ class TaskQueues:
     """FIFO queues keyed by task type, with O(1) removal from anywhere.
 
     Requests of one task arrive in deadline order, so each task's queue is
-    ordered by arrival; ``front`` merges the task queues lazily to find the
+    ordered by (arrival, id); ``front`` merges the task queues lazily to find the
     oldest requests overall. ``most_urgent_passing`` finds the request with the
     earliest deadline among those that can be admitted, in O(groups x log n):
     within a group of requests of one task expecting the same tokens, the ones that
@@ -36,10 +36,13 @@ class TaskQueues:
         queue = self._by_task.setdefault(req.task, OrderedDict())
         queue[req.id] = req
         # A request can be offered after one that arrived later (its body took longer
-        # to read): move those behind it, so that each queue stays in arrival order.
+        # to read): move those behind it, so that each queue stays in (arrival, id)
+        # order, the order ``front`` merges by. Ties are common (uvloop's clock moves
+        # in milliseconds, once per loop iteration); the gateway's ids sort in
+        # arrival order, so they break them.
         later = []
         for other in itertools.islice(reversed(queue.values()), 1, None):
-            if other.arrival <= req.arrival:
+            if (other.arrival, other.id) <= (req.arrival, req.id):
                 break
             later.append(other.id)
         for req_id in reversed(later):
