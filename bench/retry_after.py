@@ -106,8 +106,9 @@ def report(name: str, predicted: list[float], observed: list[float], previous: b
         whole = [float(min(max(math.ceil(p), 1), 120)) for p in predicted]
         precise = whole
     else:
-        whole = [float(retry_after(p)[0]) for p in predicted]
-        precise = [retry_after(p)[1] / 1000 for p in predicted]
+        given = [retry_after(p) for p in predicted]
+        whole = [float(seconds) for seconds, _ in given]
+        precise = [ms / 1000 for _, ms in given]
     found_whole = statistics.fmean(o <= w for o, w in zip(observed, whole, strict=True))
     found_ms = statistics.fmean(o <= w for o, w in zip(observed, precise, strict=True))
     waited = statistics.median(max(w - o, 0.0) for o, w in zip(observed, precise, strict=True))
@@ -135,10 +136,10 @@ def main() -> None:
     workload = load_workloads()["W3"]
     speed = load_profile(DEFAULT_PROFILE_DIR / "saber-sim-paper.json").speed_model()
     probes: list[Probe] = []
+    policy = Policy.named("closed-loop", max_concurrency=args.cap, queue_cap=args.queue_cap)
+    quantiles = tuple(float(q) for q in args.quantiles.split(","))
     for seed in range(args.seeds):
         trace = generate_phased_trace(workload, tasks, phases=PHASES, seed=seed)
-        policy = Policy.named("closed-loop", max_concurrency=args.cap, queue_cap=args.queue_cap)
-        quantiles = tuple(float(q) for q in args.quantiles.split(","))
         probing = Probing(Scheduler(speed, policy, tasks=tasks, seed=seed), quantiles)
         engine = Engine(get_preset("paper"), max_num_seqs=256)
         simulate(trace, engine, tasks=tasks, scheduler=probing)

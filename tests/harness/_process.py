@@ -79,7 +79,6 @@ class EngineProcess:
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path or cache_dir() / "logs" / f"{kind}-{os.getpid()}-{port}.log"
         self.nice = nice
-        self.startup_s: float | None = None  # how long the last start() took
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -126,7 +125,6 @@ class EngineProcess:
                         self._failure(f"no 200 from /health within {self.startup_timeout_s:.0f} s")
                     )
                 time.sleep(0.25)
-        self.startup_s = time.monotonic() - started
         return self
 
     def stop(self, grace_s: float = 15.0) -> None:

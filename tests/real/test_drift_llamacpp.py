@@ -26,7 +26,7 @@ import httpx
 import pytest
 from test_profile_llamacpp import short_dataset
 
-from harness import EngineGateway, metric_value, start_gateway, start_llamacpp
+from harness import EngineGateway, scrape, start_gateway, start_llamacpp
 from harness._gguf import LAYERS
 from saber.profile import profile_backend
 
@@ -77,8 +77,7 @@ def learning(gateway: EngineGateway) -> dict:
 
 
 def swaps(gateway: EngineGateway) -> float:
-    text = httpx.get(gateway.url + "/metrics", timeout=10.0).text
-    return metric_value(text, "saber_speed_refits_total", result="swapped") or 0.0
+    return scrape(gateway.url, "saber_speed_refits_total", result="swapped")
 
 
 def test_the_curve_follows_an_engine_restarted_slower(

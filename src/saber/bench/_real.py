@@ -256,7 +256,7 @@ class RealComparison:
 
     def summary(self, run: str) -> dict[str, object]:
         """The summary of the run named ``run`` ("direct" or "gateway")."""
-        return next(s for s in self.summaries() if s["run"] == run)
+        return next(r for r in self.runs if r.name == run).summary(self.short_sla_tasks)
 
     def to_dict(self) -> dict[str, Any]:
         """What ``saber-bench real --out`` writes: the summaries and every request."""

@@ -103,10 +103,6 @@ class Access:
         self._scrapers = [(_digest(k), None) for k in config.metrics_keys]
         self.metrics_public = config.metrics_public
 
-    @property
-    def enabled(self) -> bool:
-        return bool(self.keys)
-
     def client(self, scope: Scope) -> Key | None:
         """The key a request carries (None when no keys are configured); a 401
         GatewayError when keys are configured and it carries none of them."""

@@ -269,9 +269,6 @@ class Admission:
         """Requests offered and not yet gone: queued or running."""
         return len(self._requests)
 
-    def running(self) -> list[SchedRequest]:
-        return [r for r in self._requests.values() if self.scheduler.is_running(r.id)]
-
     def retry_after(self) -> tuple[int, int]:
         """When a client turned away now should come back: a slot is predicted to free
         in ``Scheduler.time_to_free`` seconds (running requests' live progress and

@@ -38,7 +38,7 @@ class Bound:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise invalid(
                 f"'{name}' must be {'an integer' if self.integer else 'a number'}, "
-                f"got {_kind(value)}",
+                f"got {kind_of(value)}",
                 param=name,
             )
         if self.integer and not isinstance(value, int):
@@ -117,14 +117,14 @@ def _logprobs(endpoint: Endpoint, value: object) -> None:
     """Chat: whether to return them (a boolean). Completions: how many (0..20)."""
     if endpoint == "chat":
         if not isinstance(value, bool):
-            raise invalid(f"'logprobs' must be a boolean, got {_kind(value)}", param="logprobs")
+            raise invalid(f"'logprobs' must be a boolean, got {kind_of(value)}", param="logprobs")
         return
     _int(0, MAX_LOGPROBS).check("logprobs", value)
 
 
 def _logit_bias(endpoint: Endpoint, value: object) -> None:
     if not isinstance(value, dict):
-        raise invalid(f"'logit_bias' must be an object, got {_kind(value)}", param="logit_bias")
+        raise invalid(f"'logit_bias' must be an object, got {kind_of(value)}", param="logit_bias")
     if len(value) > LOGIT_BIAS_ENTRIES:
         raise invalid(
             f"'logit_bias' may hold at most {LOGIT_BIAS_ENTRIES} entries, got {len(value)}",
@@ -166,7 +166,8 @@ def _show(value: float) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _kind(value: object) -> str:
+def kind_of(value: object) -> str:
+    """How an error message names a JSON value's type."""
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
         type(value), "null" if value is None else type(value).__name__
     )

@@ -79,11 +79,7 @@ class TaskSeries:
 class GatewayMetrics:
     """Every metric the gateway exports; ``registry`` is what /metrics serves."""
 
-    def __init__(self, tasks: Iterable[str] | Mapping[str, TaskType]) -> None:
-        # Each task's SLA kind (e2e when not known): a label of saber_sla_requests_total.
-        self._kinds: dict[str, str] = (
-            {name: t.sla_kind for name, t in tasks.items()} if isinstance(tasks, Mapping) else {}
-        )
+    def __init__(self, tasks: Mapping[str, TaskType]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -237,18 +233,19 @@ class GatewayMetrics:
             registry=r,
         )
         self._tasks: dict[str, TaskSeries] = {}
-        for task in tasks:
-            self.add_task(task)
+        for name, task in tasks.items():
+            self.add_task(name, task.sla_kind)
 
-    def add_task(self, task: str) -> TaskSeries:
-        """Create every series of a task at zero, so dashboards see it from the start."""
+    def add_task(self, task: str, sla_kind: str = "e2e") -> TaskSeries:
+        """Create every series of a task at zero, so dashboards see it from the start.
+        ``sla_kind`` labels saber_sla_requests_total (e2e for a task not configured)."""
         series = self._tasks.get(task)
         if series is None:
             series = self._tasks[task] = TaskSeries(
                 outcomes={o: self.requests.labels(task, o.value) for o in Outcome},
                 admissions={t: self.admissions.labels(task, t.value) for t in Tier},
-                sla_within=self.sla.labels(task, "within", self._kinds.get(task, "e2e")),
-                sla_outside=self.sla.labels(task, "outside", self._kinds.get(task, "e2e")),
+                sla_within=self.sla.labels(task, "within", sla_kind),
+                sla_outside=self.sla.labels(task, "outside", sla_kind),
                 queue_wait=self.queue_wait.labels(task),
                 ttft=self.ttft.labels(task),
                 latency=self.latency.labels(task),

@@ -161,13 +161,13 @@ def parse(endpoint: Endpoint, raw: bytes, dialect: Dialect = VLLM) -> Payload:
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
-        raise invalid(f"'stream' must be a boolean, got {_kind(stream)}", param="stream")
+        raise invalid(f"'stream' must be a boolean, got {fields.kind_of(stream)}", param="stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise invalid("'stream_options' must be an object", param="stream_options")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise invalid(f"'model' must be a string, got {_kind(model)}", param="model")
+        raise invalid(f"'model' must be a string, got {fields.kind_of(model)}", param="model")
     return Payload(
         raw=raw,
         body=body,
@@ -204,9 +204,8 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     except ValueError as exc:
         raise invalid(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
-        raise invalid(
-            f"the request body must be a JSON object, not {_kind(body)}", code="invalid_json"
-        )
+        kind = fields.kind_of(body)
+        raise invalid(f"the request body must be a JSON object, not {kind}", code="invalid_json")
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
         raise _too_deep()
     if unusual:
@@ -273,7 +272,7 @@ def _max_tokens(body: dict[str, Any], dialect: Dialect) -> int | None:
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int):
-            raise invalid(f"'{name}' must be an integer, got {_kind(value)}", param=name)
+            raise invalid(f"'{name}' must be an integer, got {fields.kind_of(value)}", param=name)
         if value == -1 and dialect.reads_n_predict:
             caps[name] = None  # llama.cpp: no cap
             continue
@@ -288,9 +287,3 @@ def _max_tokens(body: dict[str, Any], dialect: Dialect) -> int | None:
     # large one would have the scheduler expect less than the engine may generate.
     given = [cap for cap in caps.values() if cap is not None]
     return max(given) if given else None
-
-
-def _kind(value: object) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
-        type(value), "null" if value is None else type(value).__name__
-    )

@@ -48,9 +48,10 @@ RESTART = (
     "refit",
     "state_file",
     "seed",
+    "passthrough",
 )
 """Settings read once at start-up: the listening socket, the upstream client, the
-scheduler's policy and random window, the learning loop."""
+scheduler's policy and random window, the learning loop, the pass-through gate."""
 
 
 class Reloader:

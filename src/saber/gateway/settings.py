@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from saber.config import GatewayConfig, load_gateway_config
+from saber.scheduler import TTFTFn
 from saber.speed import Profile, ProfileError, SpeedModel, load_profile
 
 
@@ -36,6 +37,11 @@ class GatewaySettings:
 
     def speed_model(self) -> SpeedModel:
         return self.profile.speed_model()
+
+    def ttft(self) -> TTFTFn | None:
+        """The profile's TTFT fit as the scheduler takes it; None without one."""
+        fit = self.profile.ttft_fit
+        return None if fit is None else fit.predict
 
 
 def settings_from_config(config: GatewayConfig) -> GatewaySettings:

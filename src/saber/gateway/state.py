@@ -53,8 +53,7 @@ class Gateway:
         self.seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**32)
         self.policy = Policy.from_config(cfg)
         self.speed = settings.speed_model()
-        ttft = settings.profile.ttft_fit
-        self.ttft_fit = ttft.predict if ttft is not None else None
+        self.ttft_fit = settings.ttft()
         self.scheduler = Scheduler(
             self.speed, self.policy, tasks=self.tasks, ttft=self.ttft_fit, seed=self.seed
         )
@@ -150,8 +149,8 @@ class Gateway:
         cfg = settings.config
         old = self.settings
         self.settings, self.config = settings, cfg
-        for name in cfg.tasks:
-            self.metrics.add_task(name)
+        for name, task in cfg.tasks.items():
+            self.metrics.add_task(name, task.sla_kind)
         self.tasks = {**self.tasks, **cfg.tasks}  # a task type gone may still be queued
         self.resolver = TaskResolver(cfg)
         self.access = Access(cfg)
@@ -161,8 +160,7 @@ class Gateway:
         if settings.profile != old.profile:
             self.speed = settings.speed_model()
             self.scheduler.set_speed_model(self.speed)
-            ttft = settings.profile.ttft_fit
-            self.ttft_fit = ttft.predict if ttft is not None else None
+            self.ttft_fit = settings.ttft()
             self.scheduler.set_ttft(self.ttft_fit)
             self.learning.new_profile(self.speed)
         if self._admission is not None:

@@ -119,8 +119,6 @@ class SessionResult:
     short: int = 0
     too_long: int = 0
     metrics_unavailable: bool = False
-    remeasured: dict[int, int] = field(default_factory=dict)
-    """Per level, the visits made because its rounds disagreed."""
     messages: list[str] = field(default_factory=list)
 
 
@@ -254,7 +252,6 @@ class Session:
                 ))  # fmt: skip
                 for level in again:
                     r = max(p.round for p in recorded.points if p.level == level) + 1
-                    self.result.remeasured[level] = self.result.remeasured.get(level, 0) + 1
                     self._warn(
                         f"load {level}: its rounds disagree ({self._round_speeds(level)} "
                         "tokens/s): was something else using the backend or this machine? "
