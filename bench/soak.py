@@ -52,8 +52,7 @@ from saber.speed import USLModel, load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from harness import write_profile
-from harness._process import EngineProcess, free_port
+from harness import EngineProcess, free_port, gateway_process, write_profile
 
 # Task types, how often each arrives, and the mean answer asked for (max_tokens is
 # drawn around it, at most the task's own cap); the engine generates all of it.
@@ -168,7 +167,7 @@ def write_config(path: Path, plan: Plan, backend: str, profile: Path, qna_sla_s:
 
 @contextmanager
 def processes(plan: Plan, workdir: Path) -> Iterator[tuple[EngineProcess, EngineProcess, Path]]:
-    sim_port, gw_port = free_port(), free_port()
+    sim_port = free_port()
     sim_argv = [
         sys.executable, "-m", "saber.sim.http", "--port", str(sim_port),
         "--time-scale", str(plan.time_scale), "--max-num-seqs", "512",
@@ -179,18 +178,8 @@ def processes(plan: Plan, workdir: Path) -> Iterator[tuple[EngineProcess, Engine
     )
     profile = scaled_profile(workdir / "profile.json", plan.time_scale)
     config = write_config(workdir / "gateway.yaml", plan, sim.base_url, profile, 1.0)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SABER_")}
-    gateway_argv = [
-        sys.executable, "-m", "saber.gateway.cli", "--config", str(config),
-        "--port", str(gw_port), "--log-level", "info",
-    ]  # fmt: skip
-    gateway = EngineProcess(
-        "gateway",
-        gateway_argv,
-        port=gw_port,
-        model=sim.model,
-        env=env,
-        log_path=workdir / "gateway.log",
+    gateway = gateway_process(
+        model=sim.model, config=config, clean_env=True, log_path=workdir / "gateway.log"
     )
     sim.start()
     try:

@@ -5,9 +5,7 @@ Nothing is cut at the TCP level, and every request has its own outcome."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,8 +16,7 @@ import httpx
 import pytest
 from gateway_support import GatewayFactory
 
-from harness import metric_value, wait_until
-from harness._process import EngineProcess, free_port
+from harness import gateway_process, metric_value, wait_until
 from saber.sim.http import RunningSim, serve_in_thread
 
 SHORT, LONG = 150, 1500  # tokens: about 2 s and about 20 s, at time scale 1 with 40 running
@@ -87,23 +84,16 @@ def test_sigterm_with_40_streams_in_flight(
     20 streams that end within drain_timeout_s end normally; the 20 still running then
     get an OpenAI error event and [DONE] (outcome drain_timeout); the process exits 0."""
     sim = real_time_sim
-    port = free_port()
     log = tmp_path / "gateway.log"
-    argv = [
-        sys.executable, "-m", "saber.gateway.cli", "--backend", sim.url,
-        "--profile", str(profile_path), "--port", str(port), "--log-level", "info",
-    ]  # fmt: skip
-    gateway = EngineProcess(
-        "gateway",
-        argv,
-        port=port,
+    gateway = gateway_process(
         model=sim.model,
-        env={
-            **os.environ,
-            "SABER_DRAIN_TIMEOUT_S": str(DRAIN_S),
-            "SABER_MAX_CONCURRENCY": str(STREAMS),
-            "SABER_QUEUED_COMMENT_INTERVAL_S": "0.2",
-            "SABER_BACKEND_METRICS_INTERVAL_S": "0",
+        backend=sim.url,
+        profile=profile_path,
+        settings={
+            "drain_timeout_s": DRAIN_S,
+            "max_concurrency": STREAMS,
+            "queued_comment_interval_s": 0.2,
+            "backend.metrics_interval_s": 0,
         },
         log_path=log,
     )

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,8 +17,12 @@ import pytest
 import yaml
 from fake_vllm import MODEL, FakeVllm
 
-from harness import metric_value, wait_until, write_profile
-from harness._process import EngineProcess, free_port
+from harness import (
+    gateway_process,
+    metric_value,
+    wait_until,
+    write_profile,
+)
 from saber.config import DEFAULT_GATEWAY_CONFIG
 from saber.gateway import load_settings, start_in_thread
 from saber.gateway.access_log import GATEWAY_LOGGER
@@ -142,20 +144,8 @@ def test_reload_under_load_drops_nothing(
     data = yaml.safe_load(config.read_text())
     data["log_requests"] = True
     config.write_text(yaml.safe_dump(data))
-    port = free_port()
     log = tmp_path / "gateway.log"
-    argv = [
-        sys.executable, "-m", "saber.gateway.cli", "--config", str(config),
-        "--port", str(port), "--log-level", "info",
-    ]  # fmt: skip
-    gateway = EngineProcess(
-        "gateway",
-        argv,
-        port=port,
-        model=sim.model,
-        env={k: v for k, v in os.environ.items() if not k.startswith("SABER_")},
-        log_path=log,
-    )
+    gateway = gateway_process(model=sim.model, config=config, clean_env=True, log_path=log)
     gateway.start()
     results: list[tuple[int, str, str | None]] = []
     stop = threading.Event()

@@ -13,7 +13,13 @@ replays a stream with and without a gateway. See docs/real-backends.md.
 """
 
 from harness._cache import cache_dir
-from harness._gateway import GENEROUS, EngineGateway, start_gateway, write_profile
+from harness._gateway import (
+    GENEROUS,
+    EngineGateway,
+    gateway_process,
+    start_gateway,
+    write_profile,
+)
 from harness._gguf import ensure_gguf_model
 from harness._llamacpp import ensure_llama_server, start_llamacpp
 from harness._loop import LoopReport, real_loop
@@ -34,6 +40,7 @@ __all__ = [
     "ensure_llama_server",
     "ensure_vllm_env",
     "free_port",
+    "gateway_process",
     "metric_value",
     "real_loop",
     "scrape",

@@ -56,6 +56,43 @@ class EngineGateway:
         self.process.stop(grace_s=10.0)
 
 
+def gateway_process(
+    *,
+    model: str,
+    backend: str | None = None,
+    profile: Path | None = None,
+    config: Path | None = None,
+    settings: dict[str, Any] | None = None,
+    clean_env: bool = False,
+    log_path: Path | None = None,
+    startup_timeout_s: float = 60.0,
+) -> EngineProcess:
+    """saber-gateway as a process on a free 127.0.0.1 port, not started yet: with
+    ``config`` (default: the shipped one), ``backend`` and ``profile`` as flags, and
+    ``settings`` as its environment variables (dotted names, ``setting_env``). With
+    ``clean_env``, none of this process's own ``SABER_*`` variables reach it."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not (clean_env and k.startswith("SABER_"))}
+    argv = [
+        sys.executable, "-m", "saber.gateway.cli",
+        *(["--backend", backend] if backend else []),
+        *(["--profile", str(profile)] if profile else []),
+        *(["--config", str(config)] if config else []),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--log-level", "info",  # one JSON line per request, in the log file
+    ]  # fmt: skip
+    return EngineProcess(
+        "gateway",
+        argv,
+        port=port,
+        model=model,
+        env={**env, **setting_env(settings or {})},
+        log_path=log_path,
+        startup_timeout_s=startup_timeout_s,
+    )
+
+
 def start_gateway(
     engine: EngineProcess,
     profile: Path,
@@ -68,23 +105,12 @@ def start_gateway(
     ``overrides`` are dotted settings (``**{"backend.read_timeout_s": 60}``). The engine
     must be up: start-up returns at the gateway's first 200 on /health, which asks the
     engine's."""
-    port = free_port()
-    env = {**os.environ, **setting_env(overrides)}
-    argv = [
-        sys.executable, "-m", "saber.gateway.cli",
-        "--backend", engine.base_url,
-        "--profile", str(profile),
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--log-level", "info",  # one JSON line per request, in the log file
-        *(["--config", str(config)] if config else []),
-    ]  # fmt: skip
-    process = EngineProcess(
-        "gateway",
-        argv,
-        port=port,
+    process = gateway_process(
         model=engine.model,
-        env=env,
+        backend=engine.base_url,
+        profile=profile,
+        config=config,
+        settings=overrides,
         startup_timeout_s=startup_timeout_s,
     )
     process.start()
