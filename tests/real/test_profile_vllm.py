@@ -51,7 +51,14 @@ def test_profile_vllm(
     assert profile.profiling.levels == [1, 2, 4, 8] and profile.profiling.lengths == "forced"
     assert profile.ttft_fit is not None
     recorded = read_points(points_path(out))
-    assert [recorded.measured(level) for level in (1, 2, 4, 8)] == [8, 8, 8, 8]
+    # 8 points a level; a level whose rounds disagree is measured again (CPU vLLM's speeds
+    # move with whatever else the 2 cores run), and may keep more once a round is left out.
+    again = set(profile.profiling.remeasured_levels)
+    measured = {level: recorded.measured(level) for level in (1, 2, 4, 8)}
+    assert all(n == 8 or (n > 8 and level in again) for level, n in measured.items()), (
+        measured,
+        again,
+    )
     assert all(p.output_tokens == p.max_tokens for p in recorded.points)
     assert out.with_suffix(".png").exists()
     served_profile(vllm_engine, out)  # the gateway starts with it and shows it in use
