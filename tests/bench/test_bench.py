@@ -86,9 +86,8 @@ def test_cli_json_rows(capsys, tmp_path):
         for key in (
             "best_static_b", "best_static_goodput", "saber_goodput", "saber_cv", "static_cv",
             "saber_usl_goodput", "saber_linear_goodput", "saber_logistic_goodput",
-            "saber_usl_lpq_guard_goodput", "saber_usl_progress_goodput",
-            "saber_usl_value_goodput", "saber_usl_value_ratio_mean",
-            "saber_usl_closed-loop_goodput",
+            "saber_usl_mean_goodput", "saber_usl_unprotected_goodput",
+            "saber_usl_mean_ratio_mean", "saber_usl_closed-loop_goodput",
         ):  # fmt: skip
             assert key in row
         assert row["best_static_b"] in (10, 50)
@@ -98,14 +97,18 @@ def test_cli_json_rows(capsys, tmp_path):
     # Every variant is summarized against the best static B, faithful SABER first.
     table = text[text.index("SABER variants against the best static B") :]
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| usl")]
-    assert rows[:3] == ["| usl", "| usl+closed-loop", "| usl+lpq_guard"] and "| usl+value" in rows
+    assert rows[:3] == ["| usl", "| usl+closed-loop", "| usl+mean"] and "| usl+unprotected" in rows
     assert (tmp_path / "fig1_heatmap_oracle.png").stat().st_size > 1000
 
 
 def test_variants_report_the_faithful_algorithm_and_each_option():
-    assert VARIANTS[0] == "usl" and {"usl+progress", "usl+value"} <= set(VARIANTS)
+    assert VARIANTS[0] == "usl" and {"usl+mean", "usl+closed-loop"} <= set(VARIANTS)
     assert parse_variant("usl") == ("usl", {})
-    assert parse_variant("usl+value+lpq_guard") == ("usl", {"protection": "value", "lpq": "guard"})
+    assert parse_variant("usl+unprotected+lpq_idle") == (
+        "usl",
+        {"protection": "none", "lpq": "idle"},
+    )
+    assert parse_variant("usl+closed-loop+no_future")[1]["future"] is False
     kind, fields = parse_variant("usl+closed-loop+frozen")
     assert kind == "usl" and fields["protection"] == "frozen" and fields["calibrate"] is True
     assert "max_concurrency" not in fields
@@ -120,17 +123,17 @@ def test_summary_per_variant_uses_that_variants_goodput():
             {
                 "static:10": stats(0.5, [1.0]),
                 "saber:usl": stats(0.4, [1.0, 2.0]),
-                "saber:usl+value": stats(0.7, [1.0, 1.0]),
+                "saber:usl+mean": stats(0.7, [1.0, 1.0]),
             },
         )
         for rps in (2.0, 5.0)
     ]
     rows = summarize_cells(cells)
     (faithful,) = summarize_workloads(rows)
-    (value,) = summarize_workloads(rows, "usl+value")
+    (value,) = summarize_workloads(rows, "usl+mean")
     assert faithful.min_diff_rps_ge_5 == pytest.approx(-10.0)
-    assert value.variant == "usl+value" and value.mean_diff == pytest.approx(20.0)
-    assert rows[0].variant_ratio_mean["usl+value"] == pytest.approx(1.0)
+    assert value.variant == "usl+mean" and value.mean_diff == pytest.approx(20.0)
+    assert rows[0].variant_ratio_mean["usl+mean"] == pytest.approx(1.0)
 
 
 def test_held_out_seeds_give_other_traces(capsys):

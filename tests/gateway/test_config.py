@@ -66,8 +66,8 @@ def test_every_env_kind(tmp_path: Path) -> None:
         "SABER_DEFAULT_TASK": "t1",
         "SABER_BACKEND_TRANSPORT": "aiohttp",
         "SABER_LOG_REQUESTS": "false",
-        "SABER_PROTECTION": "value",
-        "SABER_LPQ": "guard",
+        "SABER_PROTECTION": "frozen",
+        "SABER_LPQ": "paper",
         "SABER_CALIBRATE": "true",
     }
     with pytest.raises(ConfigError, match=r"aliases\.fast\.task: unknown task type 'code_qna'"):
@@ -77,9 +77,9 @@ def test_every_env_kind(tmp_path: Path) -> None:
     cfg = load_gateway_config(env=env)
     assert cfg.api_keys == ["k1", "k2"]
     assert cfg.max_concurrency is None and cfg.policy == "paper"
-    assert cfg.protection == "value" and cfg.lpq == "guard" and cfg.calibrate is True
+    assert cfg.protection == "frozen" and cfg.lpq == "paper" and cfg.calibrate is True
     policy = Policy.from_config(cfg)
-    assert (policy.protection, policy.lpq, policy.calibrate) == ("value", "guard", True)
+    assert (policy.protection, policy.lpq, policy.calibrate) == ("frozen", "paper", True)
     assert policy.order == "random" and policy.learn_lengths is False  # the paper's, unset
     assert list(cfg.tasks) == ["t1"] and cfg.aliases["fast"].model == "real"
     assert cfg.backend.transport == "aiohttp" and cfg.log_requests is False

@@ -128,12 +128,13 @@ def test_one_json_log_line_per_request(
 def test_protection_setting_reaches_the_scheduler(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
-    gw = gateway_factory(sim.url, protection="value", lpq="guard")
-    assert gw.gateway.scheduler.policy.protection == "value"
-    assert gw.gateway.scheduler.policy.lpq == "guard"
+    gw = gateway_factory(sim.url, protection="frozen", lpq="paper", late_value=0.2)
+    assert gw.gateway.scheduler.policy.protection == "frozen"
+    assert gw.gateway.scheduler.policy.lpq == "paper"
+    assert gw.gateway.scheduler.policy.late_value == 0.2
     assert gw.gateway.scheduler.policy.order == "deadline"  # the rest: the default's
     policy = httpx.get(gw.url + "/saber/status").json()["policy"]
-    assert policy["protection"] == "value" and policy["lpq"] == "guard"
+    assert policy["protection"] == "frozen" and policy["lpq"] == "paper"
     client = OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
     done = client.completions.create(model=sim.model, prompt="x", max_tokens=5)
     assert done.usage is not None and done.usage.completion_tokens == 5

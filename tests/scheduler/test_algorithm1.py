@@ -270,17 +270,6 @@ def test_snapshot_reports_queues_and_speeds():
     assert snap["recent_decisions"][-1]["action"] == "admit"
 
 
-def test_lpq_guard_keeps_best_effort_work_from_breaking_admitted_slas():
-    # "tight" runs needing 95 tok/s; f(2) = 90.9 would break it. The paper serves
-    # the demoted request anyway once the HPQs are empty; the guard holds it back.
-    for guard, expect in ((False, ["late"]), (True, [])):
-        s = Scheduler(usl(), Policy(lpq="guard" if guard else "paper"))
-        s.offer(req("tight", 95, 1.0), 0.0)
-        assert admitted(s.offer(req("late", 500, 1.0), 0.0)) == expect, guard
-    s.finish("tight", 0.9)
-    assert admitted(s.poll(0.9)) == ["late"]
-
-
 def test_protection_heap_stays_the_size_of_the_load():
     # A long-lived demanding request sits on top while thousands come and go.
     s = Scheduler(usl(sigma=0.0))
@@ -304,76 +293,6 @@ def test_each_decision_is_recorded_once():
 
 
 # -- beyond the paper: progress-aware protection (Policy.protection) -------------
-
-
-def test_progress_protection_follows_the_speed_still_needed():
-    # "tight" needs 95 tok/s at admission and runs alone at f(1) = 100, so it gets
-    # ahead: at t = 0.5 it has made ~50 tokens and needs 45 / 0.5 = 90 <= f(2) = 90.9.
-    # Frozen protection keeps holding "easy" back at 95; progress lets it in.
-    for protection, expect in (("frozen", []), ("progress", ["easy"]), ("value", ["easy"])):
-        s = Scheduler(usl(), Policy(protection=protection))
-        s.offer(req("tight", 95, 1.0), 0.0)
-        assert admitted(s.offer(req("easy", 1, 100.0), 0.0)) == []
-        assert admitted(s.poll(0.5)) == expect, protection
-
-
-def test_progress_protection_drops_a_request_that_can_no_longer_make_it():
-    # "a" needs 95 tok/s; the paper then serves a demoted request beside it from the
-    # LPQ, so "a" runs at f(2) = 90.9 and falls behind: it needs more than f(1) = 100
-    # from t = 5 / 9.09 = 0.55 on, and stops holding "easy" back. Frozen: still held.
-    for protection, expect in (("frozen", []), ("progress", ["easy"])):
-        s = Scheduler(usl(), Policy(protection=protection))
-        s.offer(req("a", 95, 1.0), 0.0)
-        s.offer(req("late", 500, 1.0), 0.0)  # hopeless: demoted, served best effort
-        assert s.load == 2
-        assert admitted(s.offer(req("easy", 1, 100.0), 0.0)) == []
-        assert admitted(s.poll(0.5)) == []
-        assert admitted(s.poll(0.6)) == expect, protection
-
-
-def test_progress_protection_wakes_up_when_protection_lapses():
-    # Same set-up: nothing arrives or ends, so only a wake-up lets "easy" in on time.
-    frozen = Scheduler(usl(), Policy(protection="frozen"))
-    progress = Scheduler(usl(), Policy(protection="progress"))
-    for s in (frozen, progress):
-        s.offer(req("a", 95, 1.0), 0.0)
-        s.offer(req("late", 500, 1.0), 0.0)
-        s.offer(req("easy", 1, 100.0), 0.0)
-    assert frozen.next_wakeup() == pytest.approx(100.0 - 1 / 100)  # easy's demotion
-    lapse = progress.next_wakeup()
-    assert lapse == pytest.approx(5 / (100 - 100 / 1.1), abs=1e-5)
-    assert admitted(progress.poll(lapse)) == ["easy"]
-
-
-def test_value_protection_gives_up_one_running_request_for_more_waiting_ones():
-    # "long" needs 95 tok/s: f(2) = 90.9 would break it. Three waiting requests
-    # each need 40 tok/s, which f(4) = 76.9 still serves: giving up "long" keeps 3
-    # on schedule instead of 1. With one waiting request it is a tie, and
-    # protection holds, as in the paper.
-    for waiting, protection, expect in (
-        (3, "frozen", 0),
-        (3, "progress", 0),
-        (3, "value", 3),
-        (1, "value", 0),
-    ):
-        s = Scheduler(usl(), Policy(protection=protection))
-        s.offer(req("long", 950, 10.0), 0.0)
-        got = []
-        for i in range(waiting):
-            got += admitted(s.offer(req(f"w{i}", 40, 1.0), 0.0))
-        assert len(got) == expect, (waiting, protection)
-
-
-def test_value_protection_admits_only_up_to_the_best_load():
-    # Giving up "long" serves the waiting ones, but only as many as f(n) still
-    # serves: each needs 70 tok/s and f(5) = 71.4 >= 70 > f(6) = 66.7, so 4 join
-    # "long" and the fifth waits.
-    s = Scheduler(usl(), Policy(protection="value"))
-    s.offer(req("long", 950, 10.0), 0.0)
-    got = []
-    for i in range(5):
-        got += admitted(s.offer(req(f"w{i}", 70, 1.0), 0.0))
-    assert len(got) == 4 and s.load == 5 and s.queued() == 1
 
 
 def test_line10_read_literally_protects_no_one():

@@ -42,8 +42,15 @@ def admitted(decisions) -> list[str]:
 def test_the_presets_are_the_paper_and_the_closed_loop_default():
     assert PRESETS["paper"] == Policy()
     closed = Policy.named("closed-loop")
-    assert (closed.order, closed.protection, closed.lpq) == ("deadline", "none", "idle")
-    assert closed.calibrate and closed.learn_lengths
+    assert (closed.order, closed.protection, closed.decide) == ("deadline", "none", "chance")
+    assert closed.calibrate and closed.learn_lengths and closed.gain and closed.future
+    mean = Policy.named("mean")
+    assert (mean.order, mean.protection, mean.lpq, mean.decide) == (
+        "deadline",
+        "none",
+        "idle",
+        "mean",
+    )
     assert Policy.named("closed-loop", window_size=3).window_size == 3
     with pytest.raises(ValueError, match="unknown policy"):
         Policy.named("fastest")
@@ -152,21 +159,18 @@ def test_learned_lengths_set_what_new_requests_are_expected_to_generate():
     assert request_for(t, lengths=paper.lengths, id="w", arrival=0.0).tokens == 50
 
 
-def test_live_progress_sets_a_running_requests_remaining_need():
-    # "long" was expected to make 50 tokens; it has streamed 45 by t = 0.5, so it
-    # needs 5 / 0.5 = 10 tok/s, and progress protection lets "easy" in.
-    s = Scheduler(usl(), Policy(protection="progress"))
-    s.offer(req("long", 50, 1.0), 0.0)
-    s.offer(req("blocker", 1, 0.05), 0.0)  # hopeless, ignored
-    decisions = s.offer(req("easy", 45, 10.0), 0.0)
-    assert "easy" in admitted(decisions) or s.is_running("easy")
-    s2 = Scheduler(usl(), Policy(protection="progress", max_concurrency=3))
-    s2.offer(req("long", 95, 1.0), 0.0)  # needs 95: nothing else fits at f(2) = 90.9
-    assert admitted(s2.offer(req("next", 1, 100.0), 0.1)) == []
-    s2.progress("long", 90, 0.5)  # 5 left over 0.5 s: 10 tok/s
-    assert admitted(s2.poll(0.5)) == ["next"]
-    s2.progress("long", 10, 0.6)  # a count that goes back is ignored
-    assert s2.running()[0].generated == 90
+def test_live_progress_sets_what_a_newcomer_costs_a_running_request():
+    # "long" must make exactly 95 tokens within 1 s: it can at f(1) = 100 and cannot at
+    # f(2) = 90.9, so admitting anyone would cost it its SLA. Once it has streamed 90
+    # by t = 0.5, 5 tokens in 0.5 s are safe at either speed, and "next" is admitted.
+    s = Scheduler(usl(), Policy.named("closed-loop", max_concurrency=3), speed_sigma=0.02)
+    s.offer(SchedRequest("long", "t", 0.0, 1.0, 95, exact=True), 0.0)
+    assert s.is_running("long")
+    assert admitted(s.offer(SchedRequest("next", "t", 0.1, 100.0, 200, exact=True), 0.1)) == []
+    s.progress("long", 90, 0.5)
+    assert admitted(s.poll(0.5)) == ["next"]
+    s.progress("long", 10, 0.6)  # a count that goes back is ignored
+    assert next(r for r in s.running() if r.id == "long").generated == 90
 
 
 def test_finish_learns_from_the_streamed_count_when_not_told_the_total():

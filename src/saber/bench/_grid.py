@@ -11,17 +11,15 @@ from saber.scheduler import PRESETS, Policy
 PAPER_RPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
 PAPER_BATCH_SIZES = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
 # SABER variants: a speed model, then any "+option" (docs/bench.md). Without options
-# it is the paper's Algorithm 1; "+closed-loop" is the default policy, and the other
-# options change one knob each (beyond the paper, but "unprotected", which reads line
-# 10 literally).
+# it is the paper's Algorithm 1; "+closed-loop" is the default policy, "+mean" the
+# previous one (the same closed loop deciding from mean lengths), and the other
+# options change one knob each.
 VARIANTS = (
     "usl",
     "linear",
     "logistic",
-    "usl+lpq_guard",
-    "usl+progress",
-    "usl+value",
     "usl+unprotected",
+    "usl+mean",
     "usl+closed-loop",
 )
 DEFAULT_VARIANT = "usl+closed-loop"
@@ -29,10 +27,7 @@ DEFAULT_VARIANT = "usl+closed-loop"
 # Each option, as the Policy fields it sets; a preset's name sets all of them.
 OPTIONS: dict[str, dict[str, Any]] = {
     "lpq_paper": {"lpq": "paper"},
-    "lpq_guard": {"lpq": "guard"},
     "lpq_idle": {"lpq": "idle"},
-    "progress": {"protection": "progress"},
-    "value": {"protection": "value"},
     "unprotected": {"protection": "none"},
     "frozen": {"protection": "frozen"},
     "deadline": {"order": "deadline"},
@@ -41,6 +36,11 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "uncalibrated": {"calibrate": False},
     "learned": {"learn_lengths": True},
     "unlearned": {"learn_lengths": False},
+    "chance": {"decide": "chance"},
+    "by_mean": {"decide": "mean"},
+    "no_gain": {"gain": False},
+    "no_future": {"future": False},
+    "no_late": {"late_value": 0.0},
     **{name: dataclasses.asdict(policy) for name, policy in PRESETS.items()},
 }
 

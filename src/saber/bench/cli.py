@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--variants",
         type=_csv(str),
         help=f"SABER variants, a speed model then any +option ({', '.join(OPTIONS)}), "
-        f"e.g. usl+value+lpq_guard (default: {','.join(VARIANTS)})",
+        f"e.g. usl+closed-loop+no_future (default: {','.join(VARIANTS)})",
     )
     sim.add_argument("--seeds", type=int, help="seeds per point (default 10)")
     sim.add_argument(

@@ -186,17 +186,22 @@ class GatewayConfig(BaseModel):
     port: int = Field(default=8080, ge=0, le=65535)
     backend: BackendSettings = Field(default_factory=BackendSettings)
     profile: Path | None = Field(default=None, description=f"default: {DEFAULT_PROFILE_NAME}")
-    policy: Literal["closed-loop", "paper"] = Field(
+    policy: Literal["closed-loop", "paper", "mean"] = Field(
         default="closed-loop",
-        description="closed-loop: the default, measured best (docs/bench.md); paper: "
-        "Algorithm 1 as published. The knobs below, when set, override the policy's",
+        description="closed-loop: the default, measured best across the engine matrix "
+        "(docs/admission.md); paper: Algorithm 1 as published; mean: the previous default. "
+        "The knobs below, when set, override the policy's",
     )
     window_size: int | None = Field(default=None, ge=1)
     order: Literal["random", "deadline"] | None = None
-    protection: Literal["frozen", "progress", "value", "none"] | None = None
-    lpq: Literal["paper", "guard", "idle"] | None = None
+    protection: Literal["frozen", "none"] | None = None
+    lpq: Literal["paper", "idle"] | None = None
     calibrate: bool | None = None
     learn_lengths: bool | None = None
+    decide: Literal["mean", "chance"] | None = None
+    demote_below: float | None = Field(default=None, ge=0.0, lt=1.0)
+    refuse_below: float | None = Field(default=None, ge=0.0, lt=1.0)
+    late_value: float | None = Field(default=None, ge=0.0, lt=1.0)
     max_concurrency: int | None = Field(default=256, ge=1)
     queue_cap: int | None = Field(default=256, ge=0, description="per task type, HPQ + LPQ")
     refit: RefitSettings = Field(default_factory=RefitSettings)

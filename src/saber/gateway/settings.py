@@ -38,6 +38,11 @@ class GatewaySettings:
     def speed_model(self) -> SpeedModel:
         return self.profile.speed_model()
 
+    def speed_sigma(self) -> float:
+        """The profile's own error as a spread of log speed: its mean relative error
+        (MAPE) is about 0.8 sigma of a normal; the scheduler starts from it."""
+        return 1.25 * self.profile.mape
+
     def ttft(self) -> TTFTFn | None:
         """The profile's TTFT fit as the scheduler takes it; None without one."""
         fit = self.profile.ttft_fit

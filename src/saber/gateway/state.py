@@ -55,7 +55,12 @@ class Gateway:
         self.speed = settings.speed_model()
         self.ttft_fit = settings.ttft()
         self.scheduler = Scheduler(
-            self.speed, self.policy, tasks=self.tasks, ttft=self.ttft_fit, seed=self.seed
+            self.speed,
+            self.policy,
+            tasks=self.tasks,
+            ttft=self.ttft_fit,
+            seed=self.seed,
+            speed_sigma=settings.speed_sigma(),
         )
         self.metrics.watch(lambda: self.scheduler)
         self.learning = Learning(self)

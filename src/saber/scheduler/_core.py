@@ -7,18 +7,20 @@ simulator (virtual clock) drive the very same object.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import heapq
+import math
 import random
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from saber.config import TaskType
+from saber.scheduler._arrivals import Arrivals
+from saber.scheduler._calibration import Calibration, Observation
+from saber.scheduler._chance import Needs, rounded_sigma, running_chance
 from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._outcome import Outcome
 from saber.scheduler._policy import Policy
@@ -29,37 +31,20 @@ SpeedFn = Callable[[float], float]
 TTFTFn = Callable[[float, float], float]
 """Time to first token (s) of a request with this many prompt tokens at this load."""
 
-CALIBRATION_ALPHA = 0.1
-"""Weight of each finished request in the calibration's moving average: about the
-last 20 requests count. Measured: 0.05-0.15 give the same goodput; 0.2 overreacts
-to a few short requests under overload (docs/bench.md)."""
-CALIBRATION_LIMITS = (0.1, 10.0)
 REBUILD_AT = 0.1
 """Demotion and expiry times are recomputed when the calibrated f(1) has fallen this
-much since they were (they come due later than they should). A rise needs nothing:
-each time is checked again, at the calibration of the moment, when it comes due."""
+much since they were, or what a task's requests need has grown this much (they come
+due later than they should). A change the other way needs nothing: each time is
+checked again, at the state of the moment, when it comes due."""
 _FREE_GRID = np.concatenate(([0.0], np.geomspace(0.005, 3600.0, 160)))
 """The times (s) at which ``time_to_free`` weighs the chance that a slot has freed."""
 PACE_MIN_TOKENS = 8
 PACE_MIN_S = 0.2
 """A streaming request's own pace is trusted from this many tokens and seconds on."""
-OBSERVATIONS = 4096
+CHANCE_STEP = 0.02
+"""The admission threshold is rounded up to this, so its quantiles are cached."""
 
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """A finished request as the speed model sees it: its time-averaged load, its
-    speed (tokens over time since admission), and what the curve in use expected of
-    it: ``expected`` is the curve's mean over the loads the request ran at, and
-    ``predicted`` the same, calibrated. Not f of the mean load: under a load that
-    moves during a request, that is biased (f is convex), by 20-45% on llama.cpp
-    overloaded, where the curve's mean was right within 4%."""
-
-    at: float
-    load: float
-    speed: float
-    expected: float
-    predicted: float
+__all__ = ["Observation", "Scheduler", "SpeedFn", "TTFTFn"]
 
 
 class Scheduler:
@@ -100,6 +85,7 @@ class Scheduler:
         tasks: Mapping[str, TaskType] | Iterable[TaskType] = (),
         ttft: TTFTFn | None = None,
         seed: int = 0,
+        speed_sigma: float | None = None,
     ) -> None:
         self.policy = policy or Policy()
         self._ttft_fn = ttft
@@ -111,6 +97,7 @@ class Scheduler:
         self._hpq = TaskQueues()
         self._lpq = TaskQueues()
         self._running: dict[str, SchedRequest] = {}
+        self._load = 0  # sequences running: the sum of their seqs
         self._high_running = 0
         # Lazy min-heaps: stale entries are skipped when they surface.
         self._demote_at: list[tuple[float, str]] = []
@@ -123,9 +110,12 @@ class Scheduler:
         self._clock_at: float | None = None
         self._at_admit: dict[str, tuple[float, float]] = {}  # id -> (clock, area)
         self._last_protected = 0.0
-        self._lapse_at: float | None = None  # when a blocking protection next ends
-        self.calibration = 1.0
-        self.observations: deque[Observation] = deque(maxlen=OBSERVATIONS)
+        # speed_sigma: the profile's own error (relative), the spread's prior.
+        self._cal = Calibration(enabled=self.policy.calibrate, sigma=speed_sigma)
+        self._sigma = rounded_sigma(self._cal.sigma)
+        self.needs = Needs()
+        self._built_needs: dict[tuple[object, ...], float] = {}  # kind -> need when timed
+        self._arrivals = Arrivals()
         self.recent: deque[Decision] = deque(maxlen=100)
         self.set_speed_model(speed)
 
@@ -140,7 +130,7 @@ class Scheduler:
         self._speed = speed
         self._f_at: dict[int, float] = {}
         self._f1_raw = f1
-        self.calibration = 1.0
+        self._cal.restart()
         self._rebuild_times()
 
     def reconfigure(
@@ -159,6 +149,7 @@ class Scheduler:
         self.policy = dataclasses.replace(
             self.policy, max_concurrency=max_concurrency, queue_cap=queue_cap
         )
+        self.needs.forget()
         self._rebuild_times()
 
     def set_ttft(self, ttft: TTFTFn | None) -> None:
@@ -168,9 +159,23 @@ class Scheduler:
 
     def set_calibration(self, value: float) -> None:
         """Restore a calibration learned before (a restart); kept within its limits."""
-        low, high = CALIBRATION_LIMITS
-        self.calibration = min(max(float(value), low), high)
+        self._cal.set(value)
         self._rebuild_times()
+
+    @property
+    def calibration(self) -> float:
+        """What f(L) is scaled by: observed over predicted speed (1 without
+        ``calibrate``)."""
+        return self._cal.value if self.policy.calibrate else 1.0
+
+    @property
+    def speed_sigma(self) -> float:
+        """How far one request's speed strays from the prediction (std of its log)."""
+        return self._cal.sigma
+
+    @property
+    def observations(self) -> deque[Observation]:
+        return self._cal.observations
 
     @property
     def speed_model(self) -> SpeedFn:
@@ -189,14 +194,28 @@ class Scheduler:
 
     @property
     def max_speed(self) -> float:
-        """f(1), calibrated: the fastest the backend can serve one request."""
-        return self.calibration * self._f1_raw
+        """f(1), calibrated: the fastest the backend can serve one request. Never below
+        the fastest request seen lately (no request runs faster than a lone one), so
+        an engine that seemed slow while busy is not predicted too slow when idle."""
+        return max(self.calibration * self._f1_raw, self._cal.fastest)
 
     def _demotion_time(self, req: SchedRequest) -> float:
         if req.sla_kind == "ttft":
             return req.deadline - self._ttft(req.task, 1)
+        if self.policy.decide == "chance":
+            # The chance at f(1) falls below demote_below at this t.
+            return req.deadline - self._need(req, self.policy.demote_below) / self.max_speed
         # required speed tokens / (deadline - t) reaches f(1) at this t.
         return req.deadline - req.tokens / self.max_speed
+
+    def _need(self, req: SchedRequest, p: float) -> float:
+        """The work (tokens at the predicted speed) ``req`` needs to finish in time with
+        chance ``p``: a quantile of its effective length (``saber.scheduler._chance``)."""
+        return self.needs.tokens(req.kind, self.lengths.estimate(req.task), p, self._sigma)
+
+    def _chance(self, req: SchedRequest, budget: float) -> float:
+        """P(``req`` finishes in time) with ``budget`` = speed x time left."""
+        return self.needs.chance(req.kind, self.lengths.estimate(req.task), budget, self._sigma)
 
     def _ttft(self, task: str, load: int) -> float:
         """Predicted time to first token of a request of ``task`` at ``load``."""
@@ -228,10 +247,19 @@ class Scheduler:
         task = self.tasks.get(req.task)
         if task is None or task.useful_s is None:
             return None
-        return req.arrival + task.useful_s - req.tokens / self.max_speed
+        if self.policy.decide == "chance":
+            need = self._need(req, self.policy.refuse_below)
+        else:
+            need = req.tokens
+        return req.arrival + task.useful_s - need / self.max_speed
 
     def _rebuild_times(self) -> None:
         self._times_f1 = self.max_speed
+        self._built_needs = {}
+        if self.policy.decide == "chance":
+            for r in self._waiting():
+                if r.kind not in self._built_needs:
+                    self._built_needs[r.kind] = self._need(r, self.policy.demote_below)
         self._demote_at = [(self._demotion_time(r), r.id) for r in self._hpq]
         heapq.heapify(self._demote_at)
         self._expire_at = [
@@ -243,8 +271,9 @@ class Scheduler:
 
     @property
     def load(self) -> int:
-        """Requests admitted and not yet finished: the L of f(L)."""
-        return len(self._running)
+        """Sequences admitted and not yet finished: the L of f(L). A request counts its
+        ``seqs`` (n completions of each prompt of a list)."""
+        return self._load
 
     def queued(self, task: str | None = None, tier: Tier | None = None) -> int:
         queues = [self._hpq, self._lpq] if tier is None else [self._queue(tier)]
@@ -274,15 +303,21 @@ class Scheduler:
         """A request arrives. Returns what happened to it and to any other."""
         if self.is_queued(req.id) or req.id in self._running:
             raise ValueError(f"request {req.id} is already known to the scheduler")
+        cap = self.policy.max_concurrency
+        if req.seqs < 1 or (cap is not None and req.seqs > cap):
+            raise ValueError(
+                f"request {req.id} runs {req.seqs} sequences; max_concurrency is {cap}"
+            )
         demote_at = self._demotion_time(req)  # may raise: before any state changes
         expire_at = self._expiry_time(req)
         self._tick(now)
-        cap = self.policy.queue_cap
-        if cap is not None and self.queued(req.task) >= cap:
+        limit = self.policy.queue_cap
+        if limit is not None and self.queued(req.task) >= limit:
             rejected = self._leave_queued(req, now, Outcome.REJECTED_QUEUE_FULL)
             self.recent.append(rejected)
             return [rejected, *self.poll(now)]
         self._kinds[req.task] = req.sla_kind
+        self._arrivals.observe(req, now)
         self._hpq.push(req)
         heapq.heappush(self._demote_at, (demote_at, req.id))
         if expire_at is not None:
@@ -338,16 +373,12 @@ class Scheduler:
 
     def next_wakeup(self) -> float | None:
         """The next time ``poll`` has work even if no request arrives or ends: the
-        earliest demotion or expiry of a waiting request; with progress-aware
-        protection, also when a running request that holds the queue back is
-        expected to stop needing protection."""
-        lapse = self._lapse_at if self.queued() else None
+        earliest demotion or expiry of a waiting request."""
         times = [
             t
             for t in (
                 self._peek(self._demote_at, self._hpq.__contains__),
                 self._peek(self._expire_at, self.is_queued),
-                lapse,
             )
             if t is not None
         ]
@@ -357,25 +388,34 @@ class Scheduler:
 
     def _learn(self, req: SchedRequest, now: float, tokens: int) -> None:
         self._tick(now)
-        self.lengths.observe(req.task, tokens)
+        self.lengths.observe(req.task, tokens // req.seqs or 1)
         clock, area = self._at_admit[req.id]
         took = now - (req.admitted_at if req.admitted_at is not None else now)
         raw = self._clock - clock  # tokens the raw f(L) predicted over its run
         if took <= 0 or raw <= 0:
             return
         load = max((self._area - area) / took, 1.0)
-        speed = tokens / took
-        expected = raw / took
-        self.observations.append(
-            Observation(now, load, speed, expected, self.calibration * expected)
+        # A request of several sequences made its tokens in parallel.
+        per_seq = tokens / req.seqs
+        self._cal.learn(
+            at=now, load=load, speed=per_seq / took, expected=raw / took, tokens=int(per_seq)
         )
-        if self.policy.calibrate:
-            low, high = CALIBRATION_LIMITS
-            sample = tokens / raw
-            cal = self.calibration + CALIBRATION_ALPHA * (sample - self.calibration)
-            self.calibration = min(max(cal, low), high)
-            if self.max_speed < (1.0 - REBUILD_AT) * self._times_f1:
-                self._rebuild_times()
+        self._sigma = rounded_sigma(self._cal.sigma)
+        if self.max_speed < (1.0 - REBUILD_AT) * self._times_f1 or self._needs_grew(req.task):
+            self._rebuild_times()
+
+    def _needs_grew(self, task: str) -> bool:
+        """Whether what a waiting kind of ``task`` needs to avoid demotion has grown past
+        REBUILD_AT since its times were computed."""
+        if self.policy.decide != "chance":
+            return False
+        for kind, need in self._built_needs.items():
+            if kind[0] != task:
+                continue
+            req = SchedRequest("", task, 0.0, 0.0, kind[1], kind[2], kind[3], kind[4])
+            if self._need(req, self.policy.demote_below) > (1.0 + REBUILD_AT) * need:
+                return True
+        return False
 
     # -- the token and load clocks --------------------------------------
 
@@ -383,8 +423,8 @@ class Scheduler:
         """Advance the clocks to ``now`` at the load that held since the last event."""
         if self._clock_at is not None and now > self._clock_at and self._running:
             dt = now - self._clock_at
-            self._clock += self._f(len(self._running)) * dt
-            self._area += len(self._running) * dt
+            self._clock += self._f(self._load) * dt
+            self._area += self._load * dt
         if self._clock_at is None or now > self._clock_at:
             self._clock_at = now
 
@@ -396,6 +436,7 @@ class Scheduler:
         finally:  # the slot is freed whatever the speed model does
             self._at_admit.pop(req_id, None)
             req = self._running.pop(req_id)
+            self._load -= req.seqs
             if req.tier is Tier.HIGH:
                 self._high_running -= 1
         return req
@@ -412,7 +453,7 @@ class Scheduler:
         token clock (calibrated)."""
         made = self._clock - self._at_admit[req.id][0]
         if self._clock_at is not None and now > self._clock_at:
-            made += self._f(len(self._running)) * (now - self._clock_at)
+            made += self._f(self._load) * (now - self._clock_at)
         return self.calibration * made
 
     def time_to_free(self, now: float, q: float = 0.5) -> float | None:
@@ -476,40 +517,198 @@ class Scheduler:
             return None
         return (req.generated - 1) / elapsed
 
-    def _still_needs(self, req: SchedRequest, now: float) -> float:
-        """The speed a running HPQ request still needs, from its progress.
-
-        0 when it no longer needs protecting: expected to be done already, past its
-        deadline, or needing more than f(1), which no admission decision can give it;
-        always 0 with a TTFT SLA.
-        """
-        if req.sla_kind == "ttft":
-            return 0.0
-        left = self._left(req, now)
-        remaining = req.deadline - now
-        if left <= 0 or remaining <= 0:
-            return 0.0
-        need = left / remaining
-        return need if need <= self.max_speed else 0.0
-
     # -- Algorithm 1 -----------------------------------------------------
 
     def _admit(self, now: float) -> list[Decision]:
+        if self.policy.decide == "mean":
+            return self._admit_mean(now)
+        out = self._admit_chance(now)
+        if not out and not self._running and self.queued():
+            out = self._admit_on_idle(now)
+        return out
+
+    def _admit_on_idle(self, now: float) -> list[Decision]:
+        """Nothing runs, yet requests wait: one of them runs whatever the predictions
+        say (an idle engine is never kept idle), the most urgent of the HPQ, else the
+        oldest demoted one."""
+        if len(self._hpq):
+            req = self._hpq.most_urgent_passing(lambda _: -math.inf)
+            assert req is not None
+            self._hpq.remove(req.id)
+            return [self._start(req, now, Tier.HIGH)]
+        req = self._lpq.popleft()
+        assert req is not None
+        return [self._start(req, now, Tier.LOW)]
+
+    def _fits(self, req: SchedRequest) -> bool:
+        """Room under max_concurrency for all of its sequences."""
+        cap = self.policy.max_concurrency
+        return cap is None or self._load + req.seqs <= cap
+
+    # -- decisions from the chance of finishing in time --------------------
+
+    def _admit_chance(self, now: float) -> list[Decision]:
+        """The most urgent waiting request whose chance at f(L + 1) clears what one
+        more sequence costs (``_earliest``); once none of the HPQ waits, demoted
+        requests, oldest first, while the running requests have room for them."""
+        out: list[Decision] = []
+        while len(self._hpq):
+            req = self._next_passing(self._hpq, now, 0.0)
+            if req is None or not self._fits(req):
+                break
+            if req.seqs > 1 and not self._worth(req, now):
+                break
+            self._hpq.remove(req.id)
+            out.append(self._start(req, now, Tier.HIGH))
+        while len(self._lpq) and not len(self._hpq):
+            req = self._next_passing(self._lpq, now, self.policy.late_value)
+            if req is None or not self._fits(req):
+                break
+            self._lpq.remove(req.id)
+            out.append(self._start(req, now, Tier.LOW))
+        return out
+
+    def _next_passing(self, queue: TaskQueues, now: float, credit: float) -> SchedRequest | None:
+        """The most urgent request of ``queue`` whose chance at f(L + 1), plus
+        ``credit``, clears what it costs. The costs (O(running)) are only computed when
+        some request could pass were they small."""
+        speed = self.predicted_speed(self._load + 1)
+        if not self._load:
+            return queue.most_urgent_passing(lambda r: self._earliest(r, now, speed, None, []))
+        if credit < CHANCE_STEP:
+            least = CHANCE_STEP - credit  # the cost of the cheapest request one could admit
+            cheapest = queue.most_urgent_passing(
+                lambda r: self._earliest(r, now, speed, None, [], -least)
+            )
+            if cheapest is None:
+                return None
+        running = self._exposure(now, 1) if self.policy.gain else None
+        future = self._future(now, speed) if self.policy.future else []
+        # Costs of nothing leave a busy engine to requests with a chance of their SLA;
+        # best effort (credit) runs at no cost whatever its chance.
+        floor = 0.0 if credit else CHANCE_STEP
+        return queue.most_urgent_passing(
+            lambda r: self._earliest(r, now, speed, running, future, credit, floor)
+        )
+
+    def _future(self, now: float, speed: float) -> list[tuple[float, float]]:
+        """The requests still to come, as (rate x chance each loses to one more
+        sequence, how long each runs) per task of the recent mix: one more sequence
+        slows every one that arrives while it runs, for as long as both run."""
+        rate = self._arrivals.rate(now)
+        if rate <= 0:
+            return []
+        v2 = self.predicted_speed(self._load + 2)
+        out = []
+        for task, share in self._arrivals.mix(now).items():
+            probe = self._arrivals.last.get(task)
+            if probe is None or probe.sla_kind != "e2e":
+                continue
+            sla = probe.deadline - probe.arrival
+            lost = self._chance(probe, speed * sla) - self._chance(probe, v2 * sla)
+            if lost > 0:
+                out.append((rate * share * lost, probe.tokens / speed))
+        return out
+
+    def _earliest(
+        self,
+        req: SchedRequest,
+        now: float,
+        speed: float,
+        running: tuple[np.ndarray, np.ndarray] | None,
+        future: list[tuple[float, float]],
+        credit: float = 0.0,
+        floor: float = 0.0,
+    ) -> float:
+        """The earliest deadline with which a request of ``req``'s kind passes now: its
+        chance at ``speed`` clears what it costs, the loss ``running`` to the running
+        requests plus that to the requests arriving while it runs (``future``: a
+        newcomer that runs D seconds overlaps, on average, D - d/2 seconds of those
+        that run d <= D, and D^2 / 2d of longer ones)."""
+        if req.sla_kind == "ttft":
+            return self._earliest_deadline(req.task, req.tokens, now, speed)
+        runs = req.tokens / speed
+        p = -credit
+        if running is not None and running[0].size:
+            lost, left = running
+            p += float(np.sum(lost * np.minimum(1.0, runs / left)))
+        for lost, d in future:
+            p += lost * (runs - d / 2 if d <= runs else runs * runs / (2 * d))
+        p = max(p * req.seqs, floor)
+        if p > 1.0 - CHANCE_STEP:
+            return math.inf  # it cannot win more than it costs
+        if p <= 0.0:
+            return -math.inf
+        p = math.ceil(p / CHANCE_STEP) * CHANCE_STEP
+        return now + self._need(req, p) / speed
+
+    def _worth(self, req: SchedRequest, now: float) -> bool:
+        """A request of several sequences, judged at the load it brings."""
+        speed = self.predicted_speed(self._load + req.seqs)
+        chance = self._chance(req, speed * (req.deadline - now)) ** req.seqs
+        floor = self.policy.demote_below
+        loss = self._loss(now, req.seqs) if self.policy.gain and self._load else 0.0
+        return chance >= max(floor, loss)
+
+    def _loss(self, now: float, extra: int, runs: float = math.inf) -> float:
+        """Requests on schedule that ``extra`` more sequences, running ``runs`` seconds,
+        are expected to cost the running ones (``_exposure``)."""
+        lost, left = self._exposure(now, extra)
+        return float(np.sum(lost * np.minimum(1.0, runs / left))) if lost.size else 0.0
+
+    def _exposure(self, now: float, extra: int) -> tuple[np.ndarray, np.ndarray]:
+        """What ``extra`` more sequences would cost each running HPQ request: its chance
+        at f(L) less its chance at f(L + extra), were they to run until its deadline,
+        and the seconds to its deadline. A newcomer that ends sooner costs that share
+        of it: the requests it can cost are those finishing about at their deadline."""
+        empty = np.zeros(0)
+        v0 = self.predicted_speed(self._load)
+        v1 = self.predicted_speed(self._load + extra)
+        if v1 >= v0 or not self._load:
+            return empty, empty
+        rows: dict[tuple[str, bool], list[tuple[float, float, float, float]]] = {}
+        for req in self._running.values():
+            if req.tier is not Tier.HIGH or req.sla_kind != "e2e":
+                continue
+            left = req.deadline - now
+            if left <= 0:
+                continue
+            made = float(req.generated if req.generated is not None else self._made(req, now))
+            made = max(made, 0.0)
+            exact = req.exact or self.lengths.estimate(req.task) is None
+            limit = float(req.tokens if req.exact else req.cap or MAX_TOKENS)
+            rows.setdefault((req.task, exact), []).append(
+                (made, limit, left, max(req.tokens - made, 1.0))
+            )
+        lost, lefts = [], []
+        sigma = self._cal.sigma
+        for (task, exact), group in rows.items():
+            made_a, limit_a, left_a, rest_a = np.array(group, dtype=float).T
+            est = None if exact else self.lengths.estimate(task)
+            before = running_chance(est, made_a, limit_a, v0 * left_a, sigma, rest_a)
+            after = running_chance(est, made_a, limit_a, v1 * left_a, sigma, rest_a)
+            lost.append(before - after)
+            lefts.append(left_a)
+        if not lost:
+            return empty, empty
+        return np.concatenate(lost), np.concatenate(lefts)
+
+    # -- decisions from the mean (the paper's, and the closed loop's) ------
+
+    def _admit_mean(self, now: float) -> list[Decision]:
         out: list[Decision] = []
         cap = self.policy.max_concurrency
-        protected = self._protected_speed_at(now)
+        protected = self._protected_speed_at()
         while len(self._hpq) and (cap is None or self.load < cap):
             decision = self._admit_one_from_hpq(now, protected)
             if decision is None:
                 break  # nothing passes: wait for the next event
             out.append(decision)
-            if self.policy.protection != "none":
+            if self.policy.protection == "frozen":
                 protected = max(protected, decision.request.required_speed or 0.0)
         self._last_protected = protected
         if not len(self._hpq):
-            out += self._admit_low(now, protected)
-        lapses = self.policy.protection in ("progress", "value")
-        self._lapse_at = self._next_lapse(now) if lapses else None
+            out += self._admit_low(now)
         return out
 
     def _admit_one_from_hpq(self, now: float, protected: float) -> Decision | None:
@@ -518,7 +717,7 @@ class Scheduler:
             return None  # admitting anyone would break a running request's SLA
         if self.policy.order == "deadline":
             req = self._hpq.most_urgent_passing(
-                lambda task, tokens: self._earliest_deadline(task, tokens, now, predicted)
+                lambda r: self._earliest_deadline(r.task, r.tokens, now, predicted)
             )
             if req is None:
                 return None
@@ -532,7 +731,7 @@ class Scheduler:
                 return self._start(req, now, Tier.HIGH)
         return None
 
-    def _admit_low(self, now: float, protected: float) -> list[Decision]:
+    def _admit_low(self, now: float) -> list[Decision]:
         """Best effort for demoted requests, oldest first, when the policy allows."""
         mode, cap = self.policy.lpq, self.policy.max_concurrency
         out: list[Decision] = []
@@ -541,8 +740,6 @@ class Scheduler:
                 return out
             headroom = self._fresh_need()
         while len(self._lpq) and (cap is None or self.load < cap):
-            if mode == "guard" and self.predicted_speed(self.load + 1) < protected:
-                break
             if mode == "idle" and self.predicted_speed(self.load + 2) < headroom:
                 break
             req = self._lpq.popleft()
@@ -562,27 +759,6 @@ class Scheduler:
             default=0.0,
         )
 
-    def _next_lapse(self, now: float) -> float | None:
-        """The earliest time a running request's protection ends at the current load:
-        expected done, at its deadline, or needing more than f(1). Only needed while
-        something waits; without it a quiet gateway would notice only at the next event."""
-        if not self.queued():
-            return None
-        speed, f1 = self.predicted_speed(self.load), self.max_speed
-        soonest = None
-        for req in self._running.values():
-            if req.tier is not Tier.HIGH or self._still_needs(req, now) <= 0:
-                continue
-            left = self._left(req, now)
-            remaining = req.deadline - now
-            dt = min(left / speed, remaining) if speed > 0 else remaining
-            if f1 > speed:
-                dt = min(dt, (f1 * remaining - left) / (f1 - speed))
-            at = now + dt + 1e-6  # just past it, so the poll then sees it lapsed
-            if dt >= 0 and (soonest is None or at < soonest):
-                soonest = at
-        return soonest
-
     def _protected_speed(self) -> float:
         """The highest required speed among running requests admitted from the HPQ."""
         heap = self._protect
@@ -595,53 +771,14 @@ class Scheduler:
             heapq.heapify(heap)
         return -heap[0][0] if heap else 0.0
 
-    def _protected_speed_at(self, now: float) -> float:
+    def _protected_speed_at(self) -> float:
         """The speed f(L+1) must meet for anyone to be admitted, per the policy."""
-        mode = self.policy.protection
-        if mode == "none":
-            return 0.0
-        if mode == "frozen":
-            return self._protected_speed()
-        needs = sorted(
-            n
-            for n in (
-                self._still_needs(r, now) for r in self._running.values() if r.tier is Tier.HIGH
-            )
-            if n > 0
-        )
-        if not needs:
-            return 0.0
-        if mode == "progress":
-            return needs[-1]
-        speed = self.predicted_speed(self._best_load(now, needs))
-        kept = bisect.bisect_right(needs, speed)
-        return needs[kept - 1] if kept else 0.0
-
-    def _best_load(self, now: float, needs: list[float]) -> int:
-        """The load n >= L that keeps the most requests on schedule: running ones with
-        need <= f(n), plus up to n - L waiting ones with required speed <= f(n). Ties
-        go to the lowest n, so protection yields only to a strictly larger gain."""
-        load, f1 = self.load, self.max_speed
-        waiting = sorted(s for s in (r.required_speed_at(now) for r in self._hpq) if s <= f1)
-        cap = self.policy.max_concurrency
-        top = load + len(waiting)
-        if cap is not None:
-            top = min(top, cap)
-        best, best_value = load, bisect.bisect_right(needs, self.predicted_speed(load))
-        for n in range(load + 1, top + 1):
-            speed = self.predicted_speed(n)
-            kept = bisect.bisect_right(needs, speed)
-            served = bisect.bisect_right(waiting, speed)
-            if kept + served <= best_value:
-                break  # f only falls with n: no larger n can do better
-            value = kept + min(n - load, served)
-            if value > best_value:
-                best, best_value = n, value
-        return best
+        return self._protected_speed() if self.policy.protection == "frozen" else 0.0
 
     def _start(self, req: SchedRequest, now: float, tier: Tier) -> Decision:
         req.admitted_at = now
         self._running[req.id] = req
+        self._load += req.seqs
         self._at_admit[req.id] = (self._clock, self._area)
         if tier is Tier.HIGH:
             self._high_running += 1

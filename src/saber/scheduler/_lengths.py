@@ -34,6 +34,7 @@ HALF_LIFE = 500.0
 _EDGES = np.power(2.0, np.arange(0, 24 * BUCKETS_PER_DOUBLING + 1) / BUCKETS_PER_DOUBLING)
 _MID = np.sqrt(_EDGES[:-1] * _EDGES[1:])  # geometric centre of each bucket
 _MID[0] = 1.0
+_LOG_EDGES = np.arange(len(_EDGES), dtype=float)  # log2(edge) * BUCKETS_PER_DOUBLING
 
 
 def _bucket(tokens: float) -> int:
@@ -47,14 +48,16 @@ class LengthEstimate:
     """One task's answer lengths: a histogram over log-spaced buckets (about 9%
     wide), each weight decaying by half every ``half_life`` observations."""
 
-    __slots__ = ("_cache", "_decay", "_scale", "count", "weights")
+    __slots__ = ("_cache", "_cum", "_decay", "_scale", "count", "version", "weights")
 
     def __init__(self, mean: float, *, half_life: float = HALF_LIFE) -> None:
         self.weights = np.zeros(len(_MID))
         self._decay = 0.5 ** (1.0 / half_life)
         self._scale = 1.0  # weights are stored divided by the decay applied since
         self._cache: dict[tuple[int | None, int], float] = {}
+        self._cum: np.ndarray | None = None
         self.count = 0  # observations, undecayed
+        self.version = 0  # moves with every change: what others cache from it is stale
         self._prior(mean)
 
     def _prior(self, mean: float) -> None:
@@ -69,10 +72,25 @@ class LengthEstimate:
         self._scale /= self._decay
         self.weights[_bucket(tokens)] += self._scale
         self.count += 1
-        self._cache.clear()
+        self._changed()
         if self._scale > 1e12:  # renormalise long before floats lose precision
             self.weights /= self._scale
             self._scale = 1.0
+
+    def _changed(self) -> None:
+        self._cache.clear()
+        self._cum = None
+        self.version += 1
+
+    def cdf(self, tokens: np.ndarray) -> np.ndarray:
+        """P(L <= tokens), elementwise: linear in log(tokens) within a bucket, so that
+        a probability moves smoothly with the time a request has."""
+        cum = self._cum
+        if cum is None:
+            cum = np.concatenate(([0.0], np.cumsum(self.weights)))
+            self._cum = cum = cum / cum[-1]
+        logs = np.log2(np.maximum(tokens, 1.0)) * BUCKETS_PER_DOUBLING
+        return np.interp(logs, _LOG_EDGES, cum)
 
     def mean(self, cap: int | None = None, floor: int = 0) -> float:
         """E[min(max(L, floor), cap)]."""
@@ -141,7 +159,7 @@ class LengthEstimate:
         self.weights = weights
         self._scale = 1.0
         self.count = int(state.get("count", 0))
-        self._cache.clear()
+        self._changed()
 
 
 class TaskLengths:

@@ -6,40 +6,46 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Protection = Literal["frozen", "progress", "value", "none"]
+Protection = Literal["frozen", "none"]
 Order = Literal["random", "deadline"]
-LowQueue = Literal["paper", "guard", "idle"]
+LowQueue = Literal["paper", "idle"]
+Decide = Literal["mean", "chance"]
 
 
 @dataclass(frozen=True, slots=True)
 class Policy:
     """How the scheduler admits. ``Policy()`` is Algorithm 1 as the paper describes it.
 
-    ``order``: which waiting request is admitted. ``"random"``, the paper: the first
-    that passes among ``window_size`` requests from the front of the HPQs (oldest
-    first), tried in random order (RandomSample, against head-of-line blocking).
-    ``"deadline"``: the most urgent of all waiting requests that pass, found in
-    O(log n) per group of requests of one task and length (no window, so no
-    head-of-line blocking at all).
-    ``window_size``: the paper's windowSize (``"random"`` order only).
-    ``protection``: what a running request is protected against (line 10's second
-    condition). ``"frozen"``, the paper: the required speed recorded at admission.
-    ``"progress"``: the speed it still needs, from its progress (the tokens it has
-    streamed, else a token clock) and its expected remaining length. ``"value"``:
-    progress-aware, and protected only while that keeps more requests on schedule
-    than giving it up would. ``"none"``: line 10 as its pseudocode reads in Python
-    (``any()`` is a bool): only the newcomer's own need is checked.
-    ``lpq``: when demoted requests run. ``"paper"``: whenever every HPQ is empty.
-    ``"guard"``: also only while f(L+1) still meets every running HPQ request's
-    need. ``"idle"``: only while no HPQ request waits or runs, and only up to the
-    load at which a new arrival of any task could still be admitted at once, so
-    best-effort work never delays the recovery after a burst.
+    ``decide``: what a decision compares. ``"mean"``, the paper: a request's expected
+    length (its task's mean) against f x time left. ``"chance"``: the chance that it
+    finishes in time, from its task's learned length distribution and the speed
+    model's measured spread (``saber.scheduler._chance``, docs/admission.md). A
+    waiting request is admitted, most urgent first, while its chance at f(L + 1)
+    clears what one more sequence costs the running requests (``gain``) and those
+    arriving while it runs (``future``), in requests on schedule; it is demoted once
+    its chance even at f(1) is below ``demote_below``, and rejected once its chance
+    of finishing within ``useful_s`` is below ``refuse_below``. Demoted requests run
+    while none of the HPQ waits and they cost less than ``late_value`` more than
+    they may still win: what a late answer is worth against one on time. Whatever
+    the predictions, an engine with nothing running is given a waiting request.
+
+    With ``decide="mean"``: ``order``, which waiting request is admitted:
+    ``"random"``, the paper: the first that passes among ``window_size`` requests
+    from the front of the HPQs (oldest first), tried in random order (RandomSample,
+    against head-of-line blocking); ``"deadline"``: the most urgent of all waiting
+    requests that pass. ``protection``: ``"frozen"``, the paper: a running request is
+    protected against the required speed recorded at admission; ``"none"``: line 10
+    as its pseudocode reads in Python (``any()`` is a bool), only the newcomer's own
+    need is checked. ``lpq``: ``"paper"``, demoted requests run whenever every HPQ is
+    empty; ``"idle"``: only while no HPQ request waits or runs, up to the load at
+    which a new arrival of any task could still be admitted at once.
+
     ``calibrate``: scale f(L) by observed over predicted speed, learned from every
     finished request (an EWMA), so admission follows the engine it really has.
-    ``learn_lengths``: expect each task's learned mean answer length instead of
-    its configured one.
-    ``max_concurrency``: a hard cap on requests at the backend. ``queue_cap``: the
-    most requests of one task that may wait; past it an arrival is rejected.
+    ``learn_lengths``: learn each task's answer lengths instead of trusting its
+    configured mean. ``max_concurrency``: a hard cap on sequences at the backend.
+    ``queue_cap``: the most requests of one task that may wait; past it an arrival is
+    rejected.
     """
 
     window_size: int = 8
@@ -48,6 +54,12 @@ class Policy:
     lpq: LowQueue = "paper"
     calibrate: bool = False
     learn_lengths: bool = False
+    decide: Decide = "mean"
+    demote_below: float = 0.1
+    refuse_below: float = 0.02
+    gain: bool = True
+    future: bool = True
+    late_value: float = 0.05
     max_concurrency: int | None = None
     queue_cap: int | None = None
 
@@ -60,11 +72,15 @@ class Policy:
             raise ValueError("queue_cap must be >= 0")
         for name, allowed in (
             ("order", ("random", "deadline")),
-            ("protection", ("frozen", "progress", "value", "none")),
-            ("lpq", ("paper", "guard", "idle")),
+            ("protection", ("frozen", "none")),
+            ("lpq", ("paper", "idle")),
+            ("decide", ("mean", "chance")),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}")
+        for name in ("demote_below", "refuse_below", "late_value"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be within [0, 1)")
 
     @classmethod
     def named(cls, name: str, **overrides: Any) -> Policy:
@@ -96,11 +112,14 @@ PAPER = Policy()
 CLOSED_LOOP = Policy(
     order="deadline",
     protection="none",
-    lpq="idle",
     calibrate=True,
     learn_lengths=True,
+    decide="chance",
 )
-PRESETS: dict[str, Policy] = {"paper": PAPER, "closed-loop": CLOSED_LOOP}
+MEAN = Policy(order="deadline", protection="none", lpq="idle", calibrate=True, learn_lengths=True)
+PRESETS: dict[str, Policy] = {"paper": PAPER, "closed-loop": CLOSED_LOOP, "mean": MEAN}
 """``paper``: Algorithm 1 as published. ``closed-loop``: the default, the best policy
-measured in realistic mode on held-out traces and in long runs (docs/bench.md)."""
+measured across the engine matrix on traces not used to choose it (docs/bench.md):
+decisions from the chance of finishing in time. ``mean``: the previous default, the
+same closed loop deciding from each task's mean length (kept to measure against)."""
 DEFAULT = "closed-loop"

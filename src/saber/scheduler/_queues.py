@@ -16,15 +16,16 @@ class TaskQueues:
     ordered by (arrival, id); ``front`` merges the task queues lazily to find the
     oldest requests overall. ``most_urgent_passing`` finds the request with the
     earliest deadline among those that can be admitted, in O(groups x log n):
-    within a group of requests of one task expecting the same tokens, the ones that
-    can are exactly those with a late enough deadline.
+    within a group of requests of one kind (task, length, cap, floor), the ones
+    that can are exactly those with a late enough deadline.
     """
 
     def __init__(self) -> None:
         self._by_task: dict[str, OrderedDict[str, SchedRequest]] = {}
         self._where: dict[str, str] = {}
-        # (task, tokens) -> deadlines in order, and the ids in the same order.
-        self._groups: dict[tuple[str, int], tuple[list[float], list[str]]] = {}
+        # A kind of request (``SchedRequest.kind``) -> deadlines in order, and the ids in
+        # the same order.
+        self._groups: dict[tuple, tuple[list[float], list[str]]] = {}
 
     def __len__(self) -> int:
         return len(self._where)
@@ -48,7 +49,7 @@ class TaskQueues:
         for req_id in reversed(later):
             queue.move_to_end(req_id)
         self._where[req.id] = req.task
-        deadlines, ids = self._groups.setdefault((req.task, req.tokens), ([], []))
+        deadlines, ids = self._groups.setdefault(req.kind, ([], []))
         i = bisect.bisect_right(deadlines, req.deadline)  # the end, but for a tie
         deadlines.insert(i, req.deadline)
         ids.insert(i, req.id)
@@ -58,7 +59,7 @@ class TaskQueues:
         if task is None:
             return None
         req = self._by_task[task].pop(req_id)
-        key = (task, req.tokens)
+        key = req.kind
         deadlines, ids = self._groups[key]
         i = bisect.bisect_left(deadlines, req.deadline)
         while ids[i] != req_id:
@@ -68,16 +69,25 @@ class TaskQueues:
             del self._groups[key]
         return req
 
-    def most_urgent_passing(self, earliest: Callable[[str, int], float]) -> SchedRequest | None:
+    def most_urgent_passing(self, earliest: Callable[[SchedRequest], float]) -> SchedRequest | None:
         """The waiting request with the earliest deadline among those that pass:
-        ``earliest(task, tokens)`` is the earliest deadline with which a request of
-        that task and length would pass now. None if none passes."""
+        ``earliest(req)`` is the earliest deadline with which a request of ``req``'s
+        kind would pass now (one call per kind). None if none passes."""
         best: tuple[float, str] | None = None
-        for (task, tokens), (deadlines, ids) in self._groups.items():
-            i = bisect.bisect_left(deadlines, earliest(task, tokens))
+        for deadlines, ids in self._groups.values():
+            first = self.get(ids[0])
+            assert first is not None
+            i = bisect.bisect_left(deadlines, earliest(first))
             if i < len(ids) and (best is None or deadlines[i] < best[0]):
                 best = (deadlines[i], ids[i])
         return None if best is None else self.get(best[1])
+
+    def latest_of_each_kind(self) -> Iterator[SchedRequest]:
+        """The request with the latest deadline of each kind."""
+        for _, ids in self._groups.values():
+            req = self.get(ids[-1])
+            assert req is not None
+            yield req
 
     def get(self, req_id: str) -> SchedRequest | None:
         task = self._where.get(req_id)

@@ -37,6 +37,13 @@ class SchedRequest:
     deadline: float
     tokens: int
     cap: int | None = None  # the client's max_tokens: the most it can generate
+    floor: int = 0  # the client's min_tokens: the least it generates
+    # ``tokens`` is the true length (the paper's oracle set-up, or a client that forces
+    # it with ignore_eos), not an estimate from the task's lengths.
+    exact: bool = False
+    # Sequences it runs at the backend: n (or best_of) completions for each prompt of a
+    # list. Each occupies a slot and makes its own ``tokens``.
+    seqs: int = 1
     # "ttft": the deadline is for the first token, not the last (the task's sla_kind).
     sla_kind: str = "e2e"
     tier: Tier = Tier.HIGH
@@ -48,6 +55,12 @@ class SchedRequest:
     generated: int | None = None
     first_token_at: float | None = None  # when a report first counted a token
     outcome: Outcome | None = field(default=None)
+
+    @property
+    def kind(self) -> tuple[str, int, int | None, int, bool]:
+        """What its chance of finishing in time depends on, besides time and speed:
+        requests of one kind share their length distribution."""
+        return (self.task, self.tokens, self.cap, self.floor, self.exact)
 
     def required_speed_at(self, now: float) -> float:
         """Tokens per second it needs from ``now`` on to finish by its deadline (0 for a
@@ -80,6 +93,7 @@ def request_for(
     min_tokens: int = 0,
     tokens: int | None = None,
     lengths: TaskLengths | None = None,
+    seqs: int = 1,
 ) -> SchedRequest:
     """The one way a request becomes scheduler input, in the gateway and the simulator
     alike; they pass the scheduler's ``lengths``, which it learns.
@@ -89,14 +103,18 @@ def request_for(
     will generate when the caller knows it (the paper's oracle set-up); otherwise the
     expected length of the task's answers (``lengths``, else the configured one),
     bounded by the client's ``max_tokens`` and raised to its ``min_tokens`` (vLLM
-    generates at least that many). Values no engine could serve raise ValueError
-    before anything is built.
+    generates at least that many). ``seqs`` is how many sequences it runs (n times
+    the prompts of a list). Values no engine could serve raise ValueError before
+    anything is built.
     """
     if not math.isfinite(arrival):
         raise ValueError(f"arrival must be a finite time, got {arrival!r}")
     for name, value in (("max_tokens", max_tokens), ("min_tokens", min_tokens), ("tokens", tokens)):
         if value is not None and not 0 <= value <= MAX_TOKENS:
             raise ValueError(f"{name} must be within 0..{MAX_TOKENS}, got {value}")
+    if seqs < 1:
+        raise ValueError(f"seqs must be >= 1, got {seqs}")
+    exact = tokens is not None
     if tokens is None:
         tokens = (lengths or _CONFIGURED).expected(task, max_tokens, min_tokens)
     return SchedRequest(
@@ -106,6 +124,9 @@ def request_for(
         deadline=arrival + task.sla_s,
         tokens=max(tokens, 1),
         cap=max_tokens if max_tokens else None,
+        floor=min_tokens,
+        exact=exact,
+        seqs=seqs,
         sla_kind=task.sla_kind,
     )
 

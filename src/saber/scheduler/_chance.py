@@ -1,0 +1,175 @@
+"""The chance that a request finishes in time, from its task's length distribution.
+
+A request of ``n`` tokens at a per-request speed ``v`` finishes within ``T`` seconds
+when ``n <= v * T``. Neither is known: ``n`` follows the task's learned length
+distribution (clipped to the client's ``max_tokens`` and raised to its
+``min_tokens``), and the speed the engine delivers strays from the calibrated
+prediction ``v`` by a lognormal factor whose spread the calibration measures
+(``sigma``). So P(in time) = P(n / e <= v * T) = G(v * T), with G the distribution of
+the *effective length* n / e; G depends on the request's kind (task, cap, floor),
+not on its deadline or on the load. Every decision on a waiting request is then a
+comparison of v * T with a quantile of G (``Needs.tokens``): admit while P clears a
+threshold at f(L + 1), demote once P at f(1) falls below another, refuse once even
+f(1) leaves no real chance before ``useful_s``. Cheap: one quantile per kind and
+threshold, cached until the distribution or the spread moves.
+
+For a running request, the length is conditioned on what it has already made
+(``running_chance``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from saber.scheduler._lengths import BUCKETS_PER_DOUBLING, LengthEstimate
+
+_STEP = 0.5
+"""Grid step of the effective-length distribution, in length buckets (about 4.4%)."""
+_BUCKET_LOG = math.log(2.0) / BUCKETS_PER_DOUBLING  # natural-log width of one bucket
+_QUADRATURE = ((-math.sqrt(3.0), 1.0 / 6.0), (0.0, 2.0 / 3.0), (math.sqrt(3.0), 1.0 / 6.0))
+"""Three-point Gauss-Hermite nodes and weights for E[g(Z)], Z standard normal."""
+SIGMA_STEP = 0.01
+"""The spread is rounded to this before a distribution is built."""
+
+
+def _units(tokens: float) -> float:
+    """Tokens as a position on the length buckets' log scale."""
+    return math.log2(max(tokens, 1.0)) * BUCKETS_PER_DOUBLING
+
+
+class _Effective:
+    """The distribution of n / e for one kind of request: a CDF on a log grid."""
+
+    __slots__ = ("cdf", "start")
+
+    def __init__(
+        self,
+        est: LengthEstimate | None,
+        exact: int | None,
+        cap: int | None,
+        floor: int,
+        sigma: float,
+    ) -> None:
+        spread = sigma / _BUCKET_LOG / _STEP  # the noise's std, in grid steps
+        pad = math.ceil(4.0 * spread) + 2
+        if est is None or exact is not None:
+            atoms = np.array([_units(float(exact or 1))])
+            weights = np.ones(1)
+        else:
+            atoms = (np.arange(len(est.weights)) + 0.5).astype(float)
+            atoms[0] = 0.0  # the first bucket holds lengths of 1
+            weights = est.weights / est.weights.sum()
+        if cap is not None:
+            atoms = np.minimum(atoms, _units(cap))
+        if floor:
+            atoms = np.maximum(atoms, _units(floor))
+        index = np.rint(atoms / _STEP).astype(np.int64)
+        low, high = int(index.min()) - pad, int(index.max()) + pad
+        mass = np.bincount(index - low, weights=weights, minlength=high - low + 1)
+        if spread > 0.05:
+            k = np.arange(-pad + 1, pad)
+            kernel = np.exp(-0.5 * (k / spread) ** 2)
+            mass = np.convolve(mass, kernel / kernel.sum(), mode="same")
+        cdf = np.cumsum(mass)
+        self.cdf = cdf / cdf[-1]
+        self.start = low  # grid index of cdf[0]
+
+    def quantile(self, p: float) -> float:
+        """The effective length below which it falls with chance ``p``, in tokens."""
+        cdf = self.cdf
+        i = int(np.searchsorted(cdf, p, side="left"))
+        if i <= 0:
+            pos = 0.0
+        elif i >= len(cdf):
+            pos = float(len(cdf) - 1)
+        else:
+            lo, hi = cdf[i - 1], cdf[i]
+            pos = i - 1 + ((p - lo) / (hi - lo) if hi > lo else 1.0)
+        # cdf[i] is the mass at or below grid point start + i.
+        units = (self.start + pos) * _STEP
+        return float(2.0 ** (units / BUCKETS_PER_DOUBLING))
+
+    def chance(self, tokens: float) -> float:
+        """P(effective length <= tokens)."""
+        pos = _units(tokens) / _STEP - self.start
+        return float(np.interp(pos, np.arange(len(self.cdf)), self.cdf, left=0.0, right=1.0))
+
+
+Kind = tuple[str, int, "int | None", int, bool]
+"""``SchedRequest.kind``: task, expected tokens, cap, floor, whether tokens is exact."""
+
+
+def rounded_sigma(sigma: float) -> float:
+    """The spread as distributions are built with: rounded to SIGMA_STEP, so one that
+    moves a little at every finished request does not rebuild every cached quantile."""
+    return round(sigma / SIGMA_STEP) * SIGMA_STEP
+
+
+class Needs:
+    """Quantiles and chances of the effective length per kind of request, cached until
+    the kind's length distribution or the (rounded) spread changes."""
+
+    def __init__(self) -> None:
+        self._dists: dict[Kind, tuple[int, float, _Effective]] = {}
+        self._quantiles: dict[tuple[Kind, float], tuple[int, float, float]] = {}
+
+    def _dist(self, kind: Kind, est: LengthEstimate | None, sigma: float) -> _Effective:
+        version = -1 if est is None else est.version
+        hit = self._dists.get(kind)
+        if hit is not None and hit[0] == version and hit[1] == sigma:
+            return hit[2]
+        _, tokens, cap, floor, exact = kind
+        known = tokens if exact or est is None else None  # a certain length
+        dist = _Effective(None if known else est, known, cap, floor, sigma)
+        self._dists[kind] = (version, sigma, dist)
+        return dist
+
+    def tokens(self, kind: Kind, est: LengthEstimate | None, p: float, sigma: float) -> float:
+        """The work (tokens, in units of the predicted speed x time) a request of this
+        kind needs to finish with chance ``p``; ``sigma`` rounded (``rounded_sigma``)."""
+        version = -1 if est is None else est.version
+        hit = self._quantiles.get((kind, p))
+        if hit is not None and hit[0] == version and hit[1] == sigma:
+            return hit[2]
+        value = self._dist(kind, est, sigma).quantile(p)
+        self._quantiles[(kind, p)] = (version, sigma, value)
+        return value
+
+    def chance(self, kind: Kind, est: LengthEstimate | None, budget: float, sigma: float) -> float:
+        """P(in time) for a request of this kind given ``budget`` = speed x time left."""
+        if budget <= 0:
+            return 0.0
+        return self._dist(kind, est, sigma).chance(budget)
+
+    def forget(self) -> None:
+        self._dists.clear()
+        self._quantiles.clear()
+
+
+def running_chance(
+    est: LengthEstimate | None,
+    produced: np.ndarray,
+    limit: np.ndarray,
+    budget: np.ndarray,
+    sigma: float,
+    expected: np.ndarray | None = None,
+) -> np.ndarray:
+    """P(what is left of each running request is made within its ``budget`` (speed x
+    time left)), elementwise: its length conditioned on the ``produced`` tokens it has
+    made, at most ``limit`` (its cap), with the speed's spread ``sigma``. Without a
+    distribution (``est`` None) the remainder ``expected`` is taken as certain."""
+    out = np.zeros_like(budget, dtype=float)
+    for z, w in _QUADRATURE:
+        reach = produced + budget * math.exp(sigma * z)
+        if est is None:
+            assert expected is not None
+            done = (reach >= produced + expected).astype(float)
+        else:
+            before = est.cdf(produced)
+            alive = 1.0 - before
+            with np.errstate(invalid="ignore", divide="ignore"):
+                done = np.where(alive > 1e-12, (est.cdf(reach) - before) / alive, 1.0)
+        out += w * np.where(reach >= limit, 1.0, done)
+    return np.where(budget > 0, out, 0.0)
