@@ -17,7 +17,14 @@ from pathlib import Path
 
 from rich.console import Console
 
-from saber.bench._grid import OPTIONS, PAPER_BATCH_SIZES, VARIANTS, Sweep, parse_variant
+from saber.bench._grid import (
+    OPTIONS,
+    PAPER_BATCH_SIZES,
+    VARIANTS,
+    Sweep,
+    variant_kind,
+    with_default,
+)
 from saber.bench._offline import DEFAULT_LEVELS, engine_profile, fit_variants, profile_engine
 from saber.bench._plots import write_all
 from saber.bench._progress import progress_bar
@@ -64,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--variants",
         type=_csv(str),
         help=f"SABER variants, a speed model then any +option ({', '.join(OPTIONS)}), "
-        f"e.g. usl+value+lpq_guard (default: {','.join(VARIANTS)})",
+        f"e.g. usl+value+lpq_guard (default: {','.join(VARIANTS)}); the policy "
+        "configs/gateway.yaml ships (default) always runs too",
     )
     sim.add_argument("--seeds", type=int, help="seeds per point (default 10)")
     sim.add_argument(
@@ -140,17 +148,22 @@ def _sweep_from(args: argparse.Namespace) -> Sweep:
     sweep = dataclasses.replace(sweep, **{k: v for k, v in overrides.items() if v is not None})
     if "usl" not in sweep.variants:
         raise SystemExit("saber-bench: --variants must include usl (SABER's default model)")
+    check_variants(sweep.variants)
+    return sweep
+
+
+def check_variants(variants: tuple[str, ...]) -> None:
+    """Exit with a message naming every variant that is not a speed model then options."""
     unknown = set()
-    for variant in sweep.variants:
+    for variant in variants:
         try:
-            kind, _ = parse_variant(variant)
+            kind = variant_kind(variant)
         except ValueError:
             kind = ""
         if kind not in MODELS:
             unknown.add(variant)
     if unknown:
         raise SystemExit(f"saber-bench: unknown variant(s): {', '.join(sorted(unknown))}")
-    return sweep
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -165,7 +178,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     loads, speeds = profile_engine(
         get_preset(sweep.preset), workloads["W3"], tasks, points=sweep.profile_points
     )
-    models = fit_variants(loads, speeds, sorted({v.partition("+")[0] for v in sweep.variants}))
+    variants = with_default(sweep.variants)
+    models = fit_variants(loads, speeds, sorted({variant_kind(v) for v in variants}))
     for kind, model in models.items():
         params = ", ".join(f"{k}={v:.4g}" for k, v in model.params.items())
         err.print(f"offline phase: {kind:9s} f(1)={model(1):.1f} tok/s  {params}")
@@ -173,7 +187,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         sweep, tasks, workloads, models, jobs=args.jobs, progress=not args.no_progress
     )
     rows = summarize_cells(results)
-    summaries = [s for v in sweep.variants for s in summarize_workloads(rows, v)]
+    summaries = [s for v in variants for s in summarize_workloads(rows, v)]
     text = markdown(rows, summaries)
     if args.format == "json":
         print(to_json(rows))
@@ -186,7 +200,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         for path in write_all(rows, args.out):
             err.print(f"wrote {path}")
     err.print(
-        f"{len(results)} traces, {len(results) * (len(sweep.batch_sizes) + len(sweep.variants))} "
+        f"{len(results)} traces, {len(results) * (len(sweep.batch_sizes) + len(variants))} "
         f"runs of {sweep.requests} requests in {time.perf_counter() - started:.1f} s"
     )
     return 0
