@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from saber.bench._grid import DEFAULT, DEFAULT_VARIANT
 from saber.bench._summary import Row, WorkloadSummary
@@ -86,11 +87,19 @@ def _variant_table(summaries: Sequence[WorkloadSummary], variants: Sequence[str]
 
 
 def to_json(rows: Sequence[Row]) -> str:
-    def clean(obj):
-        if isinstance(obj, float) and not math.isfinite(obj):
-            return None
-        if isinstance(obj, dict):
-            return {k: clean(v) for k, v in obj.items()}
-        return obj
+    return dumps([r.to_json() for r in rows])
 
-    return json.dumps([clean(r.to_json()) for r in rows], indent=2)
+
+def dumps(data: Any) -> str:
+    """Indented JSON with every nan or infinity as null (JSON has neither)."""
+    return json.dumps(_finite(data), indent=2)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -12,7 +13,7 @@ from saber.bench._pool import parallel_map
 from saber.config import TaskType, Workload
 from saber.engine import Engine, EnginePreset, get_preset
 from saber.scheduler import Policy, Scheduler, TTFTFn
-from saber.sim import SimResult, simulate
+from saber.sim import SimRecord, SimResult, simulate
 from saber.speed import MODELS, SpeedModel
 from saber.workload import TraceRequest, generate_trace
 
@@ -38,13 +39,26 @@ def summarize(result: SimResult) -> RunStats:
         [r.e2e / r.sla_s if r.e2e is not None else np.inf for r in result.records],
         dtype=float,
     )
-    refused = sum(r.rejected for r in result.records) + len(result.unfinished)
     return RunStats(
         goodput=result.goodput(),
         ratios=ratios,
         task_goodput={t: result.goodput(t) for t in result.tasks()},
-        refused=refused / len(result.records) if result.records else 0.0,
+        refused=refused_share(result),
     )
+
+
+def refused_share(result: SimResult) -> float:
+    """The share of a run's requests never served: rejected, or still waiting at the end."""
+    refused = sum(r.rejected for r in result.records) + len(result.unfinished)
+    return refused / len(result.records) if result.records else 0.0
+
+
+def rescore(records: Sequence[SimRecord], tasks: Mapping[str, TaskType]) -> list[SimRecord]:
+    """Records judged by ``tasks``' SLAs, whatever the run was scheduled by."""
+    return [
+        dataclasses.replace(r, sla_s=tasks[r.task].sla_s, sla_kind=tasks[r.task].sla_kind)
+        for r in records
+    ]
 
 
 def serve_static(

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 from saber.bench._grid import DEFAULT
-from saber.bench._runner import CellResult, RunStats
+from saber.bench._runner import CellResult
 
 
 def cv(ratios: np.ndarray) -> float:
@@ -25,9 +26,9 @@ def json_name(variant: str) -> str:
     return DEFAULT if variant == DEFAULT else f"saber_{variant.replace('+', '_')}"
 
 
-def seed_means(runs: Sequence[Mapping[str, RunStats]], field: str = "goodput") -> dict[str, float]:
-    """Each run's ``field`` (goodput or refused) in percent, averaged over seeds; ``runs``
-    holds one mapping of run name to stats per seed."""
+def seed_means(runs: Sequence[Mapping[str, Any]], field: str = "goodput") -> dict[str, float]:
+    """Each run's ``field`` (goodput or refused, shares) in percent, averaged over seeds;
+    ``runs`` holds one mapping of run name to stats (RunStats or alike) per seed."""
     return {n: 100 * float(np.mean([getattr(r[n], field) for r in runs])) for n in runs[0]}
 
 

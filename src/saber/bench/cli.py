@@ -2,6 +2,7 @@
 
 saber-bench sim [--quick] [--format table|markdown|json] [--out DIR]
 saber-bench scenarios [--scenarios step-W3,...] [--seeds 3] [--format json]
+saber-bench matrix [--quick] [--presets paper,...] [--engines-file F] [--out DIR]
 saber-bench profile --preset paper --out profiles/saber-sim-paper.json
 saber-bench real --engine URL --gateway URL --model NAME [--rps R] [--requests N]
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from saber.bench._args import check_variants, csv
 from saber.bench._grid import (
     OPTIONS,
     PAPER_BATCH_SIZES,
@@ -25,6 +27,8 @@ from saber.bench._grid import (
     variant_kind,
     with_default,
 )
+from saber.bench._matrix_cmd import add_parser as add_matrix_parser
+from saber.bench._matrix_cmd import cmd_matrix
 from saber.bench._offline import DEFAULT_LEVELS, engine_profile, fit_variants, profile_engine
 from saber.bench._plots import write_all
 from saber.bench._progress import progress_bar
@@ -42,13 +46,6 @@ from saber.scheduler import TTFTFn
 from saber.speed import MODELS, SpeedModel, build_profile, save_profile, select_model
 
 
-def _csv(kind):
-    def parse(text: str):
-        return tuple(kind(x) for x in text.split(",") if x.strip())
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="saber-bench", description="Reproduce the SABER paper's experiment."
@@ -63,13 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
         "PNG figures with --out.",
     )
     sim.add_argument("--quick", action="store_true", help="the CI-sized sweep")
-    sim.add_argument("--workloads", type=_csv(str), help="e.g. W1,W3 (default: all)")
-    sim.add_argument("--rps", type=_csv(float), help="e.g. 1,5,10,20 (default: the paper's)")
-    sim.add_argument("--batch-sizes", type=_csv(int), help="static B values (default 10..100)")
-    sim.add_argument("--modes", type=_csv(str), help="oracle,realistic (default: both)")
+    sim.add_argument("--workloads", type=csv(str), help="e.g. W1,W3 (default: all)")
+    sim.add_argument("--rps", type=csv(float), help="e.g. 1,5,10,20 (default: the paper's)")
+    sim.add_argument("--batch-sizes", type=csv(int), help="static B values (default 10..100)")
+    sim.add_argument("--modes", type=csv(str), help="oracle,realistic (default: both)")
     sim.add_argument(
         "--variants",
-        type=_csv(str),
+        type=csv(str),
         help=f"SABER variants, a speed model then any +option ({', '.join(OPTIONS)}), "
         f"e.g. usl+value+lpq_guard (default: {','.join(VARIANTS)}); the policy "
         "configs/gateway.yaml ships (default) always runs too",
@@ -116,17 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scen.add_argument(
         "--scenarios",
-        type=_csv(str),
+        type=csv(str),
         help=f"which (default all: {', '.join(SCENARIOS)})",
     )
     scen.add_argument("--seeds", type=int, default=3, help="traces per scenario (default 3)")
     scen.add_argument("--seed-base", type=int, default=7000, help="trace seeds (default 7000)")
-    scen.add_argument("--batch-sizes", type=_csv(int), help="static B values (default 10..100)")
+    scen.add_argument("--batch-sizes", type=csv(int), help="static B values (default 10..100)")
     scen.add_argument(
         "--format", choices=("markdown", "json"), default="markdown", help="stdout format"
     )
     scen.add_argument("--out", type=Path, help="write scenarios.md and scenarios.json here")
     scen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_matrix_parser(sub)
     add_real_parser(sub)
     return parser
 
@@ -150,20 +148,6 @@ def _sweep_from(args: argparse.Namespace) -> Sweep:
         raise SystemExit("saber-bench: --variants must include usl (SABER's default model)")
     check_variants(sweep.variants)
     return sweep
-
-
-def check_variants(variants: tuple[str, ...]) -> None:
-    """Exit with a message naming every variant that is not a speed model then options."""
-    unknown = set()
-    for variant in variants:
-        try:
-            kind = variant_kind(variant)
-        except ValueError:
-            kind = ""
-        if kind not in MODELS:
-            unknown.add(variant)
-    if unknown:
-        raise SystemExit(f"saber-bench: unknown variant(s): {', '.join(sorted(unknown))}")
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -291,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "sim": cmd_sim,
         "scenarios": cmd_scenarios,
         "profile": cmd_profile,
+        "matrix": cmd_matrix,
         "real": cmd_real,
     }[args.command]
     return handler(args)
