@@ -13,7 +13,7 @@ schedulers once per scale (they schedule by the SLAs).
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +30,7 @@ from saber.bench._runner import refused_share, rescore, serve_saber, serve_stati
 from saber.config import TaskType, Workload
 from saber.engine import PRESETS, EnginePreset
 from saber.sim import SimResult
-from saber.speed import MODELS, SpeedModel, TTFTFit
+from saber.speed import SpeedModel, TTFTFit
 from saber.workload import generate_trace
 
 VLLM_MAX_NUM_SEQS = 256
@@ -70,13 +70,8 @@ class Matrix:
 
     @classmethod
     def quick(cls) -> Matrix:
-        """Seven presets, four loads per grid, two seeds (docs/bench.md: its time)."""
-        return cls(
-            presets=QUICK_PRESETS,
-            rps=(2, 5, 10, 20),
-            multiples=(0.5, 1.0, 1.5, 2.5),
-            seeds=2,
-        )
+        """Seven presets, slow to fast; every load; two seeds (docs/bench.md: its time)."""
+        return cls(presets=QUICK_PRESETS, seeds=2)
 
     @property
     def policies(self) -> tuple[str, ...]:
@@ -118,16 +113,13 @@ class Point:
 @dataclass(frozen=True)
 class EngineFit:
     """What the matrix measures of an engine before serving traces on it: the speed
-    models saber-profile would fit (as parameters), its TTFT fit, and the rate at which
-    vLLM alone saturates on each workload (requests/s)."""
+    models saber-profile would fit, its TTFT fit, and the rate at which vLLM alone
+    saturates on each workload (requests/s)."""
 
     preset: str
-    params: dict[str, dict[str, float]]
+    models: dict[str, SpeedModel]
     ttft: TTFTFit | None
     capacity: dict[str, float]
-
-    def models(self) -> dict[str, SpeedModel]:
-        return {k: MODELS[k].from_params(**p) for k, p in self.params.items()}
 
 
 @dataclass(frozen=True)
@@ -155,9 +147,9 @@ def sla_scaled(tasks: Mapping[str, TaskType], scale: float) -> dict[str, TaskTyp
 
 def fit_engine(
     preset: EnginePreset,
-    *,
     tasks: Mapping[str, TaskType],
     workloads: Mapping[str, Workload],
+    *,
     kinds: Sequence[str],
     capacity_of: Sequence[str],
 ) -> EngineFit:
@@ -166,7 +158,7 @@ def fit_engine(
     models, ttft = engine_profiles(preset, workloads[PROFILE_WORKLOAD], tasks, kinds)
     return EngineFit(
         preset.name,
-        {k: dict(m.params) for k, m in models.items()},
+        models,
         ttft,
         {w: saturation_rate(preset, workloads[w], tasks) for w in capacity_of},
     )
@@ -224,32 +216,33 @@ class MatrixRun:
     results: list[PointResult]
 
 
-# Worker processes rebuild their inputs once, from plain data.
-_WORKER: dict[str, object] = {}
+@dataclass(frozen=True)
+class _Shared:
+    """What every trace's task needs: sent once to each worker process."""
 
+    matrix: Matrix
+    presets: Mapping[str, EnginePreset]
+    fits: Mapping[str, EngineFit]
+    tasks: Mapping[str, TaskType]
+    workloads: Mapping[str, Workload]
 
-def _init_worker(matrix, presets, fits, tasks, workloads) -> None:
-    _WORKER.update(
-        matrix=matrix,
-        presets=presets,
-        models={name: fit.models() for name, fit in fits.items()},
-        ttft={name: fit.ttft for name, fit in fits.items()},
-        tasks=tasks,
-        workloads=workloads,
-    )
+    def fit(self, preset: EnginePreset) -> EngineFit:
+        kinds = sorted({variant_kind(v) for v in self.matrix.policies})
+        return fit_engine(
+            preset, self.tasks, self.workloads, kinds=kinds, capacity_of=self.matrix.workloads
+        )
 
-
-def _run_in_worker(point: Point) -> PointResult:
-    w = _WORKER
-    return run_point(
-        point,
-        w["matrix"],  # type: ignore[arg-type]
-        w["presets"][point.preset],  # type: ignore[index]
-        w["models"][point.preset],  # type: ignore[index]
-        w["ttft"][point.preset],  # type: ignore[index]
-        w["tasks"],  # type: ignore[arg-type]
-        w["workloads"],  # type: ignore[arg-type]
-    )
+    def run(self, point: Point) -> PointResult:
+        fit = self.fits[point.preset]
+        return run_point(
+            point,
+            self.matrix,
+            self.presets[point.preset],
+            fit.models,
+            fit.ttft,
+            self.tasks,
+            self.workloads,
+        )
 
 
 def run_matrix(
@@ -263,26 +256,14 @@ def run_matrix(
 ) -> MatrixRun:
     """Fit each engine (one task per preset), then serve every trace (one task per
     trace). ``presets`` maps each of ``matrix.presets`` to its EnginePreset."""
-    kinds = sorted({variant_kind(v) for v in matrix.policies})
-    fit = functools.partial(
-        fit_engine, tasks=tasks, workloads=workloads, kinds=kinds, capacity_of=matrix.workloads
-    )
-    fits = parallel_map(
-        fit,
-        [presets[p] for p in matrix.presets],
-        description="fitting engines",
-        jobs=jobs,
-        progress=progress,
-    )
-    by_preset = {f.preset: f for f in fits}
-    capacity = {(p, w): by_preset[p].capacity[w] for p in matrix.presets for w in matrix.workloads}
-    results = parallel_map(
-        _run_in_worker,
-        matrix.points(capacity),
-        description="serving traces",
-        jobs=jobs,
-        progress=progress,
-        init=_init_worker,
-        initargs=(matrix, dict(presets), by_preset, tasks, workloads),
-    )
-    return MatrixRun(matrix, by_preset, results)
+    shared = _Shared(matrix, dict(presets), {}, tasks, workloads)
+    options = {"jobs": jobs, "progress": progress}
+    wanted = [presets[p] for p in matrix.presets]
+    fits = parallel_map(_Shared.fit, shared, wanted, description="fitting engines", **options)
+    shared = dataclasses.replace(shared, fits={f.preset: f for f in fits})
+    capacity = {
+        (p, w): shared.fits[p].capacity[w] for p in matrix.presets for w in matrix.workloads
+    }
+    points = matrix.points(capacity)
+    results = parallel_map(_Shared.run, shared, points, description="serving traces", **options)
+    return MatrixRun(matrix, dict(shared.fits), results)

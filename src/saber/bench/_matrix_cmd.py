@@ -37,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--quick",
         action="store_true",
-        help=f"7 presets slow to fast, 4 loads per grid, 2 seeds ({QUICK_TIME} on 2 cores)",
+        help=f"7 presets slow to fast (the paper's among them), every load, 2 seeds "
+        f"({QUICK_TIME} on 2 cores)",
     )
     m.add_argument("--presets", type=csv(str), help="engine presets (default: all shipped)")
     m.add_argument(

@@ -31,7 +31,7 @@ def to_json(run: MatrixRun, cells: Sequence[MatrixCell]) -> str:
             "engines": {
                 name: {
                     "capacity_rps": fit.capacity,
-                    "speed_models": fit.params,
+                    "speed_models": {k: dict(m.params) for k, m in fit.models.items()},
                     "ttft": None if fit.ttft is None else fit.ttft.model_dump(),
                 }
                 for name, fit in run.fits.items()

@@ -9,35 +9,45 @@ from typing import Any, TypeVar
 
 from saber.bench._progress import progress_bar
 
+S = TypeVar("S")
 T = TypeVar("T")
 R = TypeVar("R")
 
+# In a worker process: the function and what every call shares, sent once per process.
+_WORKER: list[Any] = []
+
+
+def _set_up(fn: Callable[[Any, Any], Any], shared: Any) -> None:
+    _WORKER[:] = [fn, shared]
+
+
+def _call(item: Any) -> Any:
+    fn, shared = _WORKER
+    return fn(shared, item)
+
 
 def parallel_map(
-    fn: Callable[[T], R],
+    fn: Callable[[S, T], R],
+    shared: S,
     items: Sequence[T],
     *,
     description: str,
     jobs: int | None = None,
     progress: bool = True,
-    init: Callable[..., None] | None = None,
-    initargs: tuple[Any, ...] = (),
 ) -> list[R]:
-    """``[fn(item) for item in items]`` in ``jobs`` processes (default: the CPU count;
-    1: in this one), each set up once by ``init(*initargs)``. The bar advances as
-    each item finishes, in whatever order they finish."""
+    """``[fn(shared, item) for item in items]`` in ``jobs`` processes (default: the CPU
+    count; 1: in this one); ``fn`` and ``shared`` (picklable) go to each process once.
+    The bar advances as each item finishes, in whatever order they finish."""
     jobs = jobs or os.cpu_count() or 1
     with progress_bar(len(items), description, enabled=progress) as advance:
         if jobs == 1:
-            if init is not None:
-                init(*initargs)
             out = []
             for item in items:
-                out.append(fn(item))
+                out.append(fn(shared, item))
                 advance()
             return out
-        with ProcessPoolExecutor(jobs, initializer=init, initargs=initargs) as pool:
-            futures = {pool.submit(fn, item): i for i, item in enumerate(items)}
+        with ProcessPoolExecutor(jobs, initializer=_set_up, initargs=(fn, shared)) as pool:
+            futures = {pool.submit(_call, item): i for i, item in enumerate(items)}
             done: dict[int, R] = {}
             try:
                 for future in as_completed(futures):

@@ -14,7 +14,7 @@ from saber.config import TaskType, Workload
 from saber.engine import Engine, EnginePreset, get_preset
 from saber.scheduler import Policy, Scheduler, TTFTFn
 from saber.sim import SimRecord, SimResult, simulate
-from saber.speed import MODELS, SpeedModel
+from saber.speed import SpeedModel
 from saber.workload import TraceRequest, generate_trace
 
 
@@ -125,22 +125,8 @@ def run_cell(
     return CellResult(cell, runs)
 
 
-# Worker processes rebuild their inputs once, from plain data.
-_WORKER: dict[str, object] = {}
-
-
-def _init_worker(sweep, tasks, workloads, model_params) -> None:
-    _WORKER.update(
-        sweep=sweep,
-        tasks=tasks,
-        workloads=workloads,
-        models={k: MODELS[k].from_params(**p) for k, p in model_params.items()},
-    )
-
-
-def _run_in_worker(cell: Cell) -> CellResult:
-    w = _WORKER
-    return run_cell(cell, w["sweep"], w["tasks"], w["workloads"], w["models"])  # type: ignore[arg-type]
+def _run_shared(shared: tuple, cell: Cell) -> CellResult:
+    return run_cell(cell, *shared)
 
 
 def run_sweep(
@@ -152,13 +138,11 @@ def run_sweep(
     jobs: int | None = None,
     progress: bool = True,
 ) -> list[CellResult]:
-    params = {k: dict(m.params) for k, m in models.items()}
     return parallel_map(
-        _run_in_worker,
+        _run_shared,
+        (sweep, tasks, workloads, models),
         sweep.cells(),
         description="simulating",
         jobs=jobs,
         progress=progress,
-        init=_init_worker,
-        initargs=(sweep, tasks, workloads, params),
     )
