@@ -17,7 +17,9 @@ either a known name (``saber.engine.HARDWARE``, ``MODELS``) or a full spec, and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +27,7 @@ from saber.config import ConfigError, read_yaml, validate
 from saber.engine import HARDWARE, MODELS, PRESETS, EnginePreset, Hardware, ModelSpec
 
 GB = 1e9
+T = TypeVar("T")
 
 
 class _Strict(BaseModel):
@@ -90,22 +93,20 @@ def _preset(entry: EngineEntry, where: str) -> EnginePreset:
 def _hardware(entry: EngineEntry, where: str) -> Hardware:
     hw = entry.hardware
     if isinstance(hw, str):
-        if hw not in HARDWARE:
-            raise ConfigError(
-                f"{where}: unknown hardware {hw!r}; known: {', '.join(HARDWARE)}, "
-                "or a spec {memory_gb, bandwidth_gbs, tflops}"
-            )
-        return HARDWARE[hw]
+        return _known(HARDWARE, hw, "hardware", "memory_gb, bandwidth_gbs, tflops", where)
     return Hardware(entry.name, hw.memory_gb * GB, hw.bandwidth_gbs * GB, hw.tflops * 1e12)
 
 
 def _model(entry: EngineEntry, where: str) -> ModelSpec:
     model = entry.model
     if isinstance(model, str):
-        if model not in MODELS:
-            raise ConfigError(
-                f"{where}: unknown model {model!r}; known: {', '.join(MODELS)}, "
-                "or a spec {n_params, n_layers, hidden_size, n_kv_heads, head_dim}"
-            )
-        return MODELS[model]
+        spec = "n_params, n_layers, hidden_size, n_kv_heads, head_dim"
+        return _known(MODELS, model, "model", spec, where)
     return ModelSpec(entry.name, **model.model_dump())
+
+
+def _known(table: Mapping[str, T], name: str, what: str, spec: str, where: str) -> T:
+    if name not in table:
+        known = ", ".join(table)
+        raise ConfigError(f"{where}: unknown {what} {name!r}; known: {known}, or a spec {{{spec}}}")
+    return table[name]

@@ -13,6 +13,8 @@ from saber.scheduler import PRESETS, Policy
 
 PAPER_RPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
 PAPER_BATCH_SIZES = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+"""vLLM's default max_num_seqs: vLLM alone, and the engine behind a scheduler."""
 # SABER variants: a speed model, then any "+option" (docs/bench.md). Without options
 # it is the paper's Algorithm 1; "+closed-loop" is the default policy, and the other
 # options change one knob each (beyond the paper, but "unprotected", which reads line

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from saber.bench._grid import (
     PAPER_BATCH_SIZES,
     PAPER_RPS,
+    VLLM_DEFAULT_MAX_NUM_SEQS,
     variant_kind,
     variant_policy,
     with_default,
@@ -33,8 +34,6 @@ from saber.sim import SimResult
 from saber.speed import SpeedModel, TTFTFit
 from saber.workload import generate_trace
 
-VLLM_MAX_NUM_SEQS = 256
-"""vLLM's default max_num_seqs: vLLM alone, and the engine behind every scheduler."""
 GRIDS = ("paper", "capacity")
 CAPACITY_MULTIPLES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5)
 SLA_SCALES = (0.5, 1.0, 2.0)
@@ -188,20 +187,20 @@ def run_point(
         mode="realistic",
     )
     static = {f"static:{b}": serve_static(trace, preset, b, tasks) for b in matrix.batch_sizes}
-    static["vllm"] = serve_static(trace, preset, VLLM_MAX_NUM_SEQS, tasks)
+    static["vllm"] = serve_static(trace, preset, VLLM_DEFAULT_MAX_NUM_SEQS, tasks)
     runs: dict[float, dict[str, Served]] = {}
     for scale in matrix.sla_scales:
         scaled = sla_scaled(tasks, scale)
         runs[scale] = {name: _served(r, scaled) for name, r in static.items()}
         for policy_name in matrix.policies:
-            kind, policy = variant_policy(policy_name, VLLM_MAX_NUM_SEQS)
+            kind, policy = variant_policy(policy_name, VLLM_DEFAULT_MAX_NUM_SEQS)
             result = serve_saber(
                 trace,
                 preset,
                 scaled,
                 models[kind],
                 policy,
-                max_num_seqs=VLLM_MAX_NUM_SEQS,
+                max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS,
                 ttft=None if ttft is None else ttft.predict,
                 seed=point.seed,
             )

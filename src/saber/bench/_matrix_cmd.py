@@ -19,7 +19,9 @@ from saber.bench._matrix_summary import summarize_matrix
 from saber.config import ConfigError, load_gateway_config, load_tasks, load_workloads
 from saber.engine import PRESETS, EnginePreset
 
-QUICK_TIME = "about 2 minutes"  # on this project's 2-core machine, docs/bench.md
+# Wall time on the project's 2-core machine, shared with other work (docs/bench.md).
+QUICK_TIME = "about 4 minutes"
+FULL_TIME = "about 25 minutes"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "alone (256), the policy configs/gateway.yaml ships (default) and each --variants "
         "entry, on the profile saber-profile would fit on that engine. Prints the global "
         "summary and one row per cell; --out writes results.json (every per-load figure), "
-        f"results.md and heatmaps. --quick takes {QUICK_TIME} on 2 cores; the full matrix, "
-        "about 20 minutes (docs/bench.md).",
+        f"results.md and heatmaps. On 2 shared cores --quick takes {QUICK_TIME}, the full "
+        f'matrix {FULL_TIME} (docs/bench.md, "The engine matrix").',
     )
     m.add_argument(
         "--quick",

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from saber.bench._grid import PAPER_BATCH_SIZES
+from saber.bench._grid import PAPER_BATCH_SIZES, VLLM_DEFAULT_MAX_NUM_SEQS
 from saber.bench._runner import rescore
 from saber.config import TaskType, Workload
 from saber.engine import Engine, get_preset
@@ -27,8 +27,6 @@ from saber.scheduler import Policy, Scheduler, TTFTFn
 from saber.sim import SimRecord, SimResult, simulate
 from saber.speed import LiveFit, SpeedModel
 from saber.workload import generate_phased_trace
-
-VLLM_DEFAULT_MAX_NUM_SEQS = 256
 
 
 @dataclass(frozen=True)
