@@ -20,8 +20,8 @@ from saber.config import ConfigError, load_gateway_config, load_tasks, load_work
 from saber.engine import PRESETS, EnginePreset
 
 # Wall time on the project's 2-core machine, shared with other work (docs/bench.md).
-QUICK_TIME = "about 4 minutes"
-FULL_TIME = "about 25 minutes"
+QUICK_TIME = "4 to 6 minutes"
+FULL_TIME = "25 to 35 minutes"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "entry, on the profile saber-profile would fit on that engine. Prints the global "
         "summary and one row per cell; --out writes results.json (every per-load figure), "
         f"results.md and heatmaps. On 2 shared cores --quick takes {QUICK_TIME}, the full "
-        f'matrix {FULL_TIME} (docs/bench.md, "The engine matrix").',
+        f'matrix {FULL_TIME}; see docs/bench.md, "The engine matrix".',
     )
     m.add_argument(
         "--quick",
