@@ -5,13 +5,17 @@ import json
 import numpy as np
 import pytest
 
-from saber.bench import Cell, CellResult, RunStats, Sweep, profile_engine, summarize_cells
+from saber.bench import Cell, CellResult, RunStats, Sweep, _grid, profile_engine, summarize_cells
 from saber.bench._grid import VARIANTS, parse_variant
+from saber.bench._runner import summarize
 from saber.bench._summary import cv, summarize_workloads
 from saber.bench.cli import main
 from saber.config import load_tasks, load_workloads
 from saber.engine import get_preset
+from saber.scheduler import Policy
+from saber.sim import SimRecord, SimResult
 from saber.speed import fit_model
+from saber.workload import generate_trace
 
 
 def stats(goodput: float, ratios: list[float]) -> RunStats:
@@ -182,3 +186,32 @@ def test_sim_json_is_only_json_on_stdout(capsys):
     )  # fmt: skip
     out = capsys.readouterr().out
     json.loads(out)  # the progress bar went to stderr
+
+
+def test_sim_json_carries_the_shipped_default_and_each_variants_refusals(capsys, monkeypatch):
+    # "default" is whatever configs/gateway.yaml ships: here made the paper's rule.
+    monkeypatch.setattr(_grid, "shipped_policy", lambda: Policy.named("paper", queue_cap=256))
+    main(
+        [
+            "sim", "--workloads", "W1", "--rps", "15", "--batch-sizes", "30", "--modes",
+            "realistic", "--variants", "usl,usl+closed-loop,default", "--seeds", "1",
+            "--requests", "40", "--jobs", "1", "--format", "json", "--no-progress",
+        ]
+    )  # fmt: skip
+    (row,) = json.loads(capsys.readouterr().out)
+    for name in ("default", "saber_usl", "saber_usl_closed-loop"):
+        assert 0 <= row[f"{name}_goodput"] <= 100 and 0 <= row[f"{name}_refused"] <= 100
+    assert "saber_default_goodput" not in row  # named once, whatever --variants says
+    assert row["default_goodput"] == row["saber_usl_goodput"]
+    assert row["default_refused"] == row["saber_usl_refused"]
+
+
+def test_refused_counts_rejected_and_still_waiting():
+    tasks = load_tasks()
+    trace = generate_trace(load_workloads(tasks=tasks)["W2"], tasks, rps=5, n=10, seed=1)
+    records = [
+        SimRecord(r.id, r.task, r.arrival, 1.0, None, None, None, None, 0, 0, False, i < 2)
+        for i, r in enumerate(trace)
+    ]
+    result = SimResult(records, unfinished=[trace[5].id])
+    assert summarize(result).refused == pytest.approx(0.3)

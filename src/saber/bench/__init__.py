@@ -1,9 +1,12 @@
-"""saber-bench: the paper's experiment on the engine model, in virtual time; and the real
-loop (``run_real``), one stream replayed against a live engine with and without the gateway.
+"""saber-bench: the paper's experiment on the engine model, in virtual time; the engine
+matrix (``run_matrix``: the shipped policy on every engine preset); and the real loop
+(``run_real``), one stream replayed against a live engine with and without the gateway.
 """
 
 from saber.bench._grid import PAPER_BATCH_SIZES, PAPER_RPS, Cell, Sweep
-from saber.bench._offline import closed_loop_points, fit_variants, profile_engine
+from saber.bench._matrix import Matrix, MatrixRun, run_matrix
+from saber.bench._matrix_summary import MatrixCell, summarize_matrix
+from saber.bench._offline import closed_loop_points, fit_variants, profile_engine, saturation_rate
 from saber.bench._real import (
     RealComparison,
     RealRunError,
@@ -20,6 +23,9 @@ __all__ = [
     "PAPER_RPS",
     "Cell",
     "CellResult",
+    "Matrix",
+    "MatrixCell",
+    "MatrixRun",
     "RealComparison",
     "RealRunError",
     "Row",
@@ -32,9 +38,12 @@ __all__ = [
     "profile_engine",
     "rescale_tasks",
     "run_cell",
+    "run_matrix",
     "run_real",
     "run_sweep",
+    "saturation_rate",
     "short_sla_tasks",
     "summarize_cells",
+    "summarize_matrix",
     "summarize_workloads",
 ]

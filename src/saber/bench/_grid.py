@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from saber.config import load_gateway_config
 from saber.scheduler import PRESETS, Policy
 
 PAPER_RPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
 PAPER_BATCH_SIZES = (10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
+VLLM_DEFAULT_MAX_NUM_SEQS = 256
+"""vLLM's default max_num_seqs: vLLM alone, and the engine behind a scheduler."""
 # SABER variants: a speed model, then any "+option" (docs/bench.md). Without options
 # it is the paper's Algorithm 1; "+closed-loop" is the default policy, "+mean" the
 # previous one (the same closed loop deciding from mean lengths), and the other
@@ -24,6 +29,10 @@ VARIANTS = (
 )
 DEFAULT_VARIANT = "usl+closed-loop"
 """What the gateway ships: the closed-loop policy on a USL profile."""
+DEFAULT = "default"
+"""A variant's name for the policy configs/gateway.yaml ships, as it ships it (its
+queue_cap too), on a USL profile: every benchmark runs it, whatever ``--variants``
+names, so a policy that changes the shipped file is measured without a flag."""
 # Each option, as the Policy fields it sets; a preset's name sets all of them.
 OPTIONS: dict[str, dict[str, Any]] = {
     "lpq_paper": {"lpq": "paper"},
@@ -59,6 +68,31 @@ def parse_variant(variant: str) -> tuple[str, dict[str, Any]]:
     return kind, fields
 
 
+@functools.cache
+def shipped_policy() -> Policy:
+    """The policy configs/gateway.yaml ships, the environment ignored."""
+    return Policy.from_config(load_gateway_config(env={}))
+
+
+def variant_kind(variant: str) -> str:
+    """The speed model a variant runs on: ``default``'s is USL (what saber-profile fits)."""
+    return "usl" if variant == DEFAULT else parse_variant(variant)[0]
+
+
+def with_default(variants: Iterable[str]) -> tuple[str, ...]:
+    """``default`` first, then ``variants`` (without a second ``default``)."""
+    return (DEFAULT, *(v for v in variants if v != DEFAULT))
+
+
+def variant_policy(variant: str, max_concurrency: int, **fields: Any) -> tuple[str, Policy]:
+    """A variant's speed model and its policy at ``max_concurrency`` requests at the
+    engine; ``fields`` set more knobs of a ``+option`` variant (not of ``default``)."""
+    if variant == DEFAULT:
+        return "usl", dataclasses.replace(shipped_policy(), max_concurrency=max_concurrency)
+    kind, options = parse_variant(variant)
+    return kind, Policy(**{**options, **fields, "max_concurrency": max_concurrency})
+
+
 @dataclass(frozen=True)
 class Sweep:
     """One benchmark's grid.
@@ -90,6 +124,12 @@ class Sweep:
         if self.window_size is not None:
             fields["window_size"] = self.window_size
         return Policy(**fields)
+
+    def variant_policy(self, variant: str) -> tuple[str, Policy]:
+        """A variant's speed model and policy in this sweep (``--window-size`` applies
+        to every variant but ``default``)."""
+        window = {} if self.window_size is None else {"window_size": self.window_size}
+        return variant_policy(variant, self.saber_max_num_seqs, **window)
 
     @classmethod
     def quick(cls) -> Sweep:

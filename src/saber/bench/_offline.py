@@ -12,12 +12,14 @@ the level's supply ends (they did not run at load L throughout).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from saber.config import TaskType, Workload
 from saber.engine import Engine, EnginePreset, EngineRequest
+from saber.sim import simulate
 from saber.speed import SpeedModel, TTFTFit, fit_model, fit_ttft
 from saber.workload import generate_trace
 
@@ -96,6 +98,19 @@ def engine_profile(
     preset: EnginePreset, workload: Workload, tasks: Mapping[str, TaskType], *, points: int = 1000
 ) -> tuple[SpeedModel, TTFTFit | None]:
     """What saber-profile would fit on this engine: USL and the TTFT fit."""
+    models, ttft = engine_profiles(preset, workload, tasks, ("usl",), points=points)
+    return models["usl"], ttft
+
+
+def engine_profiles(
+    preset: EnginePreset,
+    workload: Workload,
+    tasks: Mapping[str, TaskType],
+    kinds: Sequence[str],
+    *,
+    points: int = 1000,
+) -> tuple[dict[str, SpeedModel], TTFTFit | None]:
+    """``engine_profile``'s points, each speed model of ``kinds`` fitted to them."""
     per_level = max(8, points // len(DEFAULT_LEVELS))
     rows: list[tuple[float, float]] = []
     ttfts: list[tuple[float, float, float]] = []
@@ -106,9 +121,32 @@ def engine_profile(
     speed = np.asarray(rows, dtype=float)
     ttft = np.asarray(ttfts, dtype=float)
     return (
-        fit_model("usl", speed[:, 0], speed[:, 1]),
+        fit_variants(speed[:, 0], speed[:, 1], kinds),
         fit_ttft(ttft[:, 0], ttft[:, 1], ttft[:, 2]),
     )
+
+
+def saturation_rate(
+    preset: EnginePreset,
+    workload: Workload,
+    tasks: Mapping[str, TaskType],
+    *,
+    max_num_seqs: int = 256,
+    requests: int = 1024,
+    seed: int = 0,
+) -> float:
+    """The rate (requests/s) at which vLLM alone saturates: ``requests`` of the
+    workload all arrive at t=0 at an engine with ``max_num_seqs``, and this is its
+    completions per second while its queue is still full (from the 10th percentile
+    completion to the one after which no request is left waiting). SLAs play no part."""
+    if requests < 2 * max_num_seqs:
+        raise ValueError("the burst must be at least twice max_num_seqs")
+    trace = generate_trace(workload, tasks, rps=1.0, n=requests, seed=seed)
+    burst = [dataclasses.replace(r, arrival=0.0) for r in trace]
+    result = simulate(burst, Engine(preset, max_num_seqs=max_num_seqs), tasks=tasks)
+    done = sorted(r.finished_at for r in result.records if r.finished_at is not None)
+    first, last = requests // 10, requests - max_num_seqs
+    return (last - first) / (done[last] - done[first])
 
 
 def fit_variants(

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from saber.bench._grid import Cell, Sweep, parse_variant
-from saber.bench._progress import progress_bar
+from saber.bench._grid import Cell, Sweep, with_default
+from saber.bench._pool import parallel_map
 from saber.config import TaskType, Workload
-from saber.engine import Engine, get_preset
-from saber.scheduler import Scheduler
-from saber.sim import SimResult, simulate
-from saber.speed import MODELS, SpeedModel
-from saber.workload import generate_trace
+from saber.engine import Engine, EnginePreset, get_preset
+from saber.scheduler import Policy, Scheduler, TTFTFn
+from saber.sim import SimRecord, SimResult, simulate
+from saber.speed import SpeedModel
+from saber.workload import TraceRequest, generate_trace
 
 
 @dataclass(frozen=True)
@@ -26,6 +25,7 @@ class RunStats:
     goodput: float
     ratios: np.ndarray  # e2e / SLA per request; inf for one never served
     task_goodput: dict[str, float]
+    refused: float = 0.0  # share never served: rejected, or still waiting at the end
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,51 @@ def summarize(result: SimResult) -> RunStats:
         goodput=result.goodput(),
         ratios=ratios,
         task_goodput={t: result.goodput(t) for t in result.tasks()},
+        refused=refused_share(result),
     )
+
+
+def refused_share(result: SimResult) -> float:
+    """The share of a run's requests never served: rejected, or still waiting at the end."""
+    refused = sum(r.rejected for r in result.records) + len(result.unfinished)
+    return refused / len(result.records) if result.records else 0.0
+
+
+def rescore(records: Sequence[SimRecord], tasks: Mapping[str, TaskType]) -> list[SimRecord]:
+    """Records judged by ``tasks``' SLAs, whatever the run was scheduled by."""
+    return [
+        dataclasses.replace(r, sla_s=tasks[r.task].sla_s, sla_kind=tasks[r.task].sla_kind)
+        for r in records
+    ]
+
+
+def serve_static(
+    trace: Sequence[TraceRequest],
+    preset: EnginePreset,
+    max_num_seqs: int,
+    tasks: Mapping[str, TaskType],
+) -> SimResult:
+    """vLLM alone: every request straight to an engine with ``max_num_seqs``."""
+    return simulate(trace, Engine(preset, max_num_seqs=max_num_seqs), tasks=tasks)
+
+
+def serve_saber(
+    trace: Sequence[TraceRequest],
+    preset: EnginePreset,
+    tasks: Mapping[str, TaskType],
+    speed: SpeedModel,
+    policy: Policy,
+    *,
+    max_num_seqs: int,
+    ttft: TTFTFn | None = None,
+    seed: int = 0,
+    oracle: bool = False,
+) -> SimResult:
+    """SABER with ``policy`` on ``speed`` in front of an engine with ``max_num_seqs``;
+    ``oracle``: each request's max_tokens is its true length, and the scheduler is told."""
+    scheduler = Scheduler(speed, policy, tasks=tasks, ttft=ttft, seed=seed)
+    engine = Engine(preset, max_num_seqs=max_num_seqs)
+    return simulate(trace, engine, tasks=tasks, scheduler=scheduler, trust_max_tokens=oracle)
 
 
 def run_cell(
@@ -64,36 +108,25 @@ def run_cell(
     )
     runs: dict[str, RunStats] = {}
     for b in sweep.batch_sizes:
-        runs[f"static:{b}"] = summarize(
-            simulate(trace, Engine(preset, max_num_seqs=b), tasks=tasks)
-        )
-    for variant in sweep.variants:
-        kind, options = parse_variant(variant)
-        scheduler = Scheduler(models[kind], sweep.policy(**options), tasks=tasks, seed=cell.seed)
-        engine = Engine(preset, max_num_seqs=sweep.saber_max_num_seqs)
-        result = simulate(
-            trace, engine, tasks=tasks, scheduler=scheduler, trust_max_tokens=cell.mode == "oracle"
+        runs[f"static:{b}"] = summarize(serve_static(trace, preset, b, tasks))
+    for variant in with_default(sweep.variants):
+        kind, policy = sweep.variant_policy(variant)
+        result = serve_saber(
+            trace,
+            preset,
+            tasks,
+            models[kind],
+            policy,
+            max_num_seqs=sweep.saber_max_num_seqs,
+            seed=cell.seed,
+            oracle=cell.mode == "oracle",
         )
         runs[f"saber:{variant}"] = summarize(result)
     return CellResult(cell, runs)
 
 
-# Worker processes rebuild their inputs once, from plain data.
-_WORKER: dict[str, object] = {}
-
-
-def _init_worker(sweep, tasks, workloads, model_params) -> None:
-    _WORKER.update(
-        sweep=sweep,
-        tasks=tasks,
-        workloads=workloads,
-        models={k: MODELS[k].from_params(**p) for k, p in model_params.items()},
-    )
-
-
-def _run_in_worker(cell: Cell) -> CellResult:
-    w = _WORKER
-    return run_cell(cell, w["sweep"], w["tasks"], w["workloads"], w["models"])  # type: ignore[arg-type]
+def _run_shared(shared: tuple, cell: Cell) -> CellResult:
+    return run_cell(cell, *shared)
 
 
 def run_sweep(
@@ -105,21 +138,11 @@ def run_sweep(
     jobs: int | None = None,
     progress: bool = True,
 ) -> list[CellResult]:
-    cells = sweep.cells()
-    jobs = jobs or os.cpu_count() or 1
-    params = {k: dict(m.params) for k, m in models.items()}
-    out: list[CellResult] = []
-    with progress_bar(len(cells), "simulating", enabled=progress) as advance:
-        if jobs == 1:
-            _init_worker(sweep, tasks, workloads, params)
-            for cell in cells:
-                out.append(_run_in_worker(cell))
-                advance()
-        else:
-            with ProcessPoolExecutor(
-                jobs, initializer=_init_worker, initargs=(sweep, tasks, workloads, params)
-            ) as pool:
-                for result in pool.map(_run_in_worker, cells, chunksize=1):
-                    out.append(result)
-                    advance()
-    return out
+    return parallel_map(
+        _run_shared,
+        (sweep, tasks, workloads, models),
+        sweep.cells(),
+        description="simulating",
+        jobs=jobs,
+        progress=progress,
+    )

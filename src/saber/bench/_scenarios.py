@@ -19,15 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from saber.bench._grid import PAPER_BATCH_SIZES
+from saber.bench._grid import PAPER_BATCH_SIZES, VLLM_DEFAULT_MAX_NUM_SEQS
+from saber.bench._runner import rescore
 from saber.config import TaskType, Workload
 from saber.engine import Engine, get_preset
 from saber.scheduler import Policy, Scheduler, TTFTFn
 from saber.sim import SimRecord, SimResult, simulate
 from saber.speed import LiveFit, SpeedModel
 from saber.workload import generate_phased_trace
-
-VLLM_DEFAULT_MAX_NUM_SEQS = 256
 
 
 @dataclass(frozen=True)
@@ -226,14 +225,6 @@ def _goodput(records: Sequence[SimRecord]) -> float:
     return 100.0 * sum(r.met_sla for r in records) / len(records) if records else float("nan")
 
 
-def _scored(records: Sequence[SimRecord], tasks: Mapping[str, TaskType]) -> list[SimRecord]:
-    """Records judged by ``tasks``' SLAs, whatever the run was scheduled by."""
-    return [
-        dataclasses.replace(r, sla_s=tasks[r.task].sla_s, sla_kind=tasks[r.task].sla_kind)
-        for r in records
-    ]
-
-
 def _phase_bounds(scenario: Scenario) -> list[tuple[float, float]]:
     bounds, start = [], 0.0
     for duration, _ in scenario.phases:
@@ -292,7 +283,7 @@ def run_scenario(
                     refit=LiveFit() if c.refit else None,
                     drift=drift,
                 )
-            runs.setdefault(c.name, []).append((result, _scored(result.records, tasks)))
+            runs.setdefault(c.name, []).append((result, rescore(result.records, tasks)))
             advance()
     focus = scenario.focus
     return [

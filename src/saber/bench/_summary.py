@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
+from saber.bench._grid import DEFAULT
 from saber.bench._runner import CellResult
 
 
@@ -17,6 +19,27 @@ def cv(ratios: np.ndarray) -> float:
     if finite.size < 2 or finite.mean() == 0:
         return float("nan")
     return float(finite.std() / finite.mean())
+
+
+def json_name(variant: str) -> str:
+    """A variant's prefix in JSON keys: ``default``, else ``saber_<model>_<option>...``."""
+    return DEFAULT if variant == DEFAULT else f"saber_{variant.replace('+', '_')}"
+
+
+def seed_means(runs: Sequence[Mapping[str, Any]], field: str = "goodput") -> dict[str, float]:
+    """Each run's ``field`` (goodput or refused, shares) in percent, averaged over seeds;
+    ``runs`` holds one mapping of run name to stats (RunStats or alike) per seed."""
+    return {n: 100 * float(np.mean([getattr(r[n], field) for r in runs])) for n in runs[0]}
+
+
+def static_of(by_run: Mapping[str, float]) -> dict[int, float]:
+    """The ``static:B`` runs' figures, by B."""
+    return {int(n.split(":")[1]): g for n, g in by_run.items() if n.startswith("static:")}
+
+
+def best_static(static: Mapping[int, float]) -> int:
+    """The hindsight-best B: the highest goodput, the smallest B on a tie."""
+    return max(static, key=lambda b: (static[b], -b))
 
 
 @dataclass(frozen=True)
@@ -38,15 +61,18 @@ class Row:
     static: dict[int, float]  # static goodput per B
     variant_ratio_mean: dict[str, float]  # mean completion-time/SLA per variant
     variant_ratio_std: dict[str, float]
+    refused: dict[str, float]  # per variant: % of requests never served
 
     def to_json(self) -> dict:
         out = asdict(self)
         out.pop("variants")
         out.pop("variant_ratio_mean")
         out.pop("variant_ratio_std")
+        out.pop("refused")
         for kind, g in self.variants.items():
-            name = f"saber_{kind.replace('+', '_')}"
+            name = json_name(kind)
             out[f"{name}_goodput"] = g
+            out[f"{name}_refused"] = self.refused[kind]
             out[f"{name}_ratio_mean"] = self.variant_ratio_mean[kind]
             out[f"{name}_ratio_std"] = self.variant_ratio_std[kind]
         out["static"] = {str(b): g for b, g in self.static.items()}
@@ -66,10 +92,11 @@ def summarize_cells(results: Iterable[CellResult], main_variant: str = "usl") ->
     rows = []
     for (workload, rps, mode), cells in sorted(groups.items()):
         names = cells[0].runs.keys()
-        goodput = {n: 100 * float(np.mean([c.runs[n].goodput for c in cells])) for n in names}
+        goodput = seed_means([c.runs for c in cells])
+        refused = seed_means([c.runs for c in cells], "refused")
         ratios = {n: np.concatenate([c.runs[n].ratios for c in cells]) for n in names}
-        static = {int(n.split(":")[1]): g for n, g in goodput.items() if n.startswith("static:")}
-        best_b = max(static, key=lambda b: (static[b], -b))
+        static = static_of(goodput)
+        best_b = best_static(static)
         variants = {n.split(":")[1]: g for n, g in goodput.items() if n.startswith("saber:")}
         saber_name = f"saber:{main_variant}"
         by_variant = {v: _ratio_stats(ratios[f"saber:{v}"]) for v in variants}
@@ -94,6 +121,7 @@ def summarize_cells(results: Iterable[CellResult], main_variant: str = "usl") ->
                 static=static,
                 variant_ratio_mean={v: by_variant[v][0] for v in variants},
                 variant_ratio_std={v: by_variant[v][1] for v in variants},
+                refused={v: refused[f"saber:{v}"] for v in variants},
             )
         )
     return rows

@@ -2,6 +2,7 @@
 
 saber-bench sim [--quick] [--format table|markdown|json] [--out DIR]
 saber-bench scenarios [--scenarios step-W3,...] [--seeds 3] [--format json]
+saber-bench matrix [--quick] [--presets paper,...] [--engines-file F] [--out DIR]
 saber-bench profile --preset paper --out profiles/saber-sim-paper.json
 saber-bench real --engine URL --gateway URL --model NAME [--rps R] [--requests N]
 """
@@ -17,7 +18,17 @@ from pathlib import Path
 
 from rich.console import Console
 
-from saber.bench._grid import OPTIONS, PAPER_BATCH_SIZES, VARIANTS, Sweep, parse_variant
+from saber.bench._args import check_variants, csv
+from saber.bench._grid import (
+    OPTIONS,
+    PAPER_BATCH_SIZES,
+    VARIANTS,
+    Sweep,
+    variant_kind,
+    with_default,
+)
+from saber.bench._matrix_cmd import add_parser as add_matrix_parser
+from saber.bench._matrix_cmd import cmd_matrix
 from saber.bench._offline import DEFAULT_LEVELS, engine_profile, fit_variants, profile_engine
 from saber.bench._plots import write_all
 from saber.bench._progress import progress_bar
@@ -35,13 +46,6 @@ from saber.scheduler import TTFTFn
 from saber.speed import MODELS, SpeedModel, build_profile, save_profile, select_model
 
 
-def _csv(kind):
-    def parse(text: str):
-        return tuple(kind(x) for x in text.split(",") if x.strip())
-
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="saber-bench", description="Reproduce the SABER paper's experiment."
@@ -56,15 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
         "PNG figures with --out.",
     )
     sim.add_argument("--quick", action="store_true", help="the CI-sized sweep")
-    sim.add_argument("--workloads", type=_csv(str), help="e.g. W1,W3 (default: all)")
-    sim.add_argument("--rps", type=_csv(float), help="e.g. 1,5,10,20 (default: the paper's)")
-    sim.add_argument("--batch-sizes", type=_csv(int), help="static B values (default 10..100)")
-    sim.add_argument("--modes", type=_csv(str), help="oracle,realistic (default: both)")
+    sim.add_argument("--workloads", type=csv(str), help="e.g. W1,W3 (default: all)")
+    sim.add_argument("--rps", type=csv(float), help="e.g. 1,5,10,20 (default: the paper's)")
+    sim.add_argument("--batch-sizes", type=csv(int), help="static B values (default 10..100)")
+    sim.add_argument("--modes", type=csv(str), help="oracle,realistic (default: both)")
     sim.add_argument(
         "--variants",
-        type=_csv(str),
+        type=csv(str),
         help=f"SABER variants, a speed model then any +option ({', '.join(OPTIONS)}), "
-        f"e.g. usl+closed-loop+no_future (default: {','.join(VARIANTS)})",
+        f"e.g. usl+closed-loop+no_future (default: {','.join(VARIANTS)}); the policy "
+        "configs/gateway.yaml ships (default) always runs too",
     )
     sim.add_argument("--seeds", type=int, help="seeds per point (default 10)")
     sim.add_argument(
@@ -108,17 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scen.add_argument(
         "--scenarios",
-        type=_csv(str),
+        type=csv(str),
         help=f"which (default all: {', '.join(SCENARIOS)})",
     )
     scen.add_argument("--seeds", type=int, default=3, help="traces per scenario (default 3)")
     scen.add_argument("--seed-base", type=int, default=7000, help="trace seeds (default 7000)")
-    scen.add_argument("--batch-sizes", type=_csv(int), help="static B values (default 10..100)")
+    scen.add_argument("--batch-sizes", type=csv(int), help="static B values (default 10..100)")
     scen.add_argument(
         "--format", choices=("markdown", "json"), default="markdown", help="stdout format"
     )
     scen.add_argument("--out", type=Path, help="write scenarios.md and scenarios.json here")
     scen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_matrix_parser(sub)
     add_real_parser(sub)
     return parser
 
@@ -140,16 +146,7 @@ def _sweep_from(args: argparse.Namespace) -> Sweep:
     sweep = dataclasses.replace(sweep, **{k: v for k, v in overrides.items() if v is not None})
     if "usl" not in sweep.variants:
         raise SystemExit("saber-bench: --variants must include usl (SABER's default model)")
-    unknown = set()
-    for variant in sweep.variants:
-        try:
-            kind, _ = parse_variant(variant)
-        except ValueError:
-            kind = ""
-        if kind not in MODELS:
-            unknown.add(variant)
-    if unknown:
-        raise SystemExit(f"saber-bench: unknown variant(s): {', '.join(sorted(unknown))}")
+    check_variants(sweep.variants)
     return sweep
 
 
@@ -165,7 +162,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     loads, speeds = profile_engine(
         get_preset(sweep.preset), workloads["W3"], tasks, points=sweep.profile_points
     )
-    models = fit_variants(loads, speeds, sorted({v.partition("+")[0] for v in sweep.variants}))
+    variants = with_default(sweep.variants)
+    models = fit_variants(loads, speeds, sorted({variant_kind(v) for v in variants}))
     for kind, model in models.items():
         params = ", ".join(f"{k}={v:.4g}" for k, v in model.params.items())
         err.print(f"offline phase: {kind:9s} f(1)={model(1):.1f} tok/s  {params}")
@@ -173,7 +171,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         sweep, tasks, workloads, models, jobs=args.jobs, progress=not args.no_progress
     )
     rows = summarize_cells(results)
-    summaries = [s for v in sweep.variants for s in summarize_workloads(rows, v)]
+    summaries = [s for v in variants for s in summarize_workloads(rows, v)]
     text = markdown(rows, summaries)
     if args.format == "json":
         print(to_json(rows))
@@ -186,7 +184,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         for path in write_all(rows, args.out):
             err.print(f"wrote {path}")
     err.print(
-        f"{len(results)} traces, {len(results) * (len(sweep.batch_sizes) + len(sweep.variants))} "
+        f"{len(results)} traces, {len(results) * (len(sweep.batch_sizes) + len(variants))} "
         f"runs of {sweep.requests} requests in {time.perf_counter() - started:.1f} s"
     )
     return 0
@@ -277,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         "sim": cmd_sim,
         "scenarios": cmd_scenarios,
         "profile": cmd_profile,
+        "matrix": cmd_matrix,
         "real": cmd_real,
     }[args.command]
     return handler(args)
