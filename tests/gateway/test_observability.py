@@ -43,6 +43,7 @@ FAMILIES = {
     "saber_passthrough_waiting": "gauge",
     "saber_speed_refit_departure_ratio": "gauge",
     "saber_speed_calibration": "gauge",
+    "saber_speed_spread": "gauge",
     "saber_expected_output_tokens": "gauge",
     "saber_learned_lengths_observations": "counter",
     # saber_backend_requests_running/_waiting appear once the backend's /metrics
@@ -86,6 +87,7 @@ def test_metrics_parse_and_carry_every_family(gateway: RunningGateway, sim: Runn
     # The profile's f(1) = 600, scaled by what the two finished requests taught.
     calibration = samples[("saber_speed_calibration", ())]
     assert 0 < calibration != 1.0
+    assert 0 < samples[("saber_speed_spread", ())] <= 1.0
     assert samples[
         ("saber_predicted_speed_tokens_per_second", (("load", "next"),))
     ] == pytest.approx(600.0 * calibration)

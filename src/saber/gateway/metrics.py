@@ -371,6 +371,13 @@ class _LearningCollector(Collector):
             "Observed over predicted speed of recent finished requests (moving average), "
             "by which f(L) is scaled when the policy calibrates; 1 after a swap.",
         )
+        spread = GaugeMetricFamily(
+            "saber_speed_spread",
+            "How far one request's speed strays from the calibrated prediction: the standard "
+            "deviation of its logarithm (0.1 is about 10%), learned from finished requests "
+            "and starting from the profile's own error; the chance of finishing in time is "
+            "computed with it.",
+        )
         profile = GaugeMetricFamily(
             "saber_speed_observed_over_profile",
             "Median, over recent finished requests, of the speed they got over the speed "
@@ -392,6 +399,7 @@ class _LearningCollector(Collector):
             learning = self._learning
             sched = learning.gw.scheduler
             calibration.add_metric([], sched.calibration)
+            spread.add_metric([], sched.speed_sigma)
             ratio = learning.profile_ratio()
             if ratio is not None:
                 profile.add_metric([], ratio)
@@ -403,11 +411,12 @@ class _LearningCollector(Collector):
                 for name, task in learning.gw.tasks.items():
                     lengths.add_metric([name, "mean"], task.expected_tokens)
             yield calibration
+            yield spread
             if ratio is not None:
                 yield profile
             yield from (lengths, seen)
         else:
-            yield from (calibration, profile, lengths, seen)
+            yield from (calibration, spread, profile, lengths, seen)
 
 
 class _BackendCollector(Collector):

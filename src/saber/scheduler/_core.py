@@ -217,6 +217,12 @@ class Scheduler:
         """P(``req`` finishes in time) with ``budget`` = speed x time left."""
         return self.needs.chance(req.kind, self.lengths.estimate(req.task), budget, self._sigma)
 
+    def chance_of(self, req: SchedRequest, now: float, load: float) -> float:
+        """P(``req`` finishes by its deadline) if it ran from ``now`` at the calibrated
+        f(``load``): its kind's effective length (``saber.scheduler._chance``). What the
+        default policy decides with; ``docs/admission.md`` draws it."""
+        return self._chance(req, self.predicted_speed(load) * (req.deadline - now))
+
     def _ttft(self, task: str, load: int) -> float:
         """Predicted time to first token of a request of ``task`` at ``load``."""
         if self._ttft_fn is None:
@@ -848,6 +854,8 @@ class Scheduler:
                 "max": self.max_speed,
             },
             "calibration": round(self.calibration, 4),
+            "speed_spread": round(self.speed_sigma, 4),
+            "decide": self.policy.decide,
             "protected_speed": (
                 self._protected_speed()
                 if self.policy.protection == "frozen"
