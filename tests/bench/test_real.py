@@ -12,7 +12,7 @@ import httpx
 import pytest
 import yaml
 
-from harness import metric_value, wait_until, write_profile
+from harness import metric_value, wait_for, write_profile
 from saber.bench import RealRunError, RunResult, rescale_tasks, run_real, short_sla_tasks
 from saber.bench._real import Served
 from saber.bench.cli import main
@@ -102,7 +102,7 @@ def test_real_replays_one_stream_both_ways(
         text = httpx.get(gateway.url + "/metrics").text
         return {task: metric_value(text, "saber_requests_total", task=task) for task in per_task}
 
-    assert wait_until(lambda: counted() == per_task), (counted(), per_task)
+    wait_for(counted, lambda seen: seen == per_task, describe=f"the gateway's counts {per_task}")
 
 
 def test_run_real_is_the_library_call(sim: RunningSim, gateway: RunningGateway) -> None:

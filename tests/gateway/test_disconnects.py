@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 import httpx
-from gateway_support import GatewayFactory, idle, sim_running
+from gateway_support import GatewayFactory, held, idle, sim_running
 
 from harness import metric_value, wait_for
 from saber.gateway import RunningGateway
@@ -136,7 +136,7 @@ def test_no_slot_leaks_across_1000_random_disconnects(
     started = time.monotonic()
     kinds = asyncio.run(_random_clients(gw, sim, enough, seed=1234))
     elapsed = time.monotonic() - started
-    wait_for(lambda: idle(gw, sim), timeout=10, describe=lambda: "no leak: " + held(gw, sim))
+    wait_for(lambda: idle(gw, sim), timeout=10, describe=lambda: held(gw, sim))
     text = metrics(gw)
     assert metric_value(text, "saber_requests_in_flight") == 0
     assert metric_value(text, "saber_queue_depth") == 0
@@ -156,14 +156,6 @@ def test_no_slot_leaks_across_1000_random_disconnects(
     assert queued > 0 and running > 0, (queued, running, kinds)
     assert kinds["completed"] > 0
     assert elapsed < BUDGET_S, kinds
-
-
-def held(gw: RunningGateway, sim: RunningSim) -> str:
-    """What is held anywhere (``idle`` is all of it at 0)."""
-    return (
-        f"nothing held (active={gw.gateway.admission.active} load={gw.gateway.scheduler.load} "
-        f"queued={gw.gateway.scheduler.queued()} sim={sim_running(sim)})"
-    )
 
 
 async def _random_clients(
