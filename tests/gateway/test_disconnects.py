@@ -8,18 +8,14 @@ nothing.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
-import socket
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from urllib.parse import urlsplit
+from collections.abc import Callable
 
 import httpx
 from gateway_support import GatewayFactory, held, idle, sim_running
 
-from harness import metric_value, wait_for
+from harness import held_request, metric_value, wait_for
 from saber.gateway import RunningGateway
 from saber.scheduler import Action
 from saber.sim.http import RunningSim
@@ -33,21 +29,6 @@ def metrics(gw: RunningGateway) -> str:
 
 def cancelled(gw: RunningGateway, where: str) -> float:
     return metric_value(metrics(gw), "saber_requests_total", outcome=f"cancelled_{where}")
-
-
-@contextmanager
-def whole_answer_asked(gw: RunningGateway, payload: dict[str, object]) -> Iterator[None]:
-    """A client that asks for a whole (non-streaming) answer, and goes away when the
-    block ends: on a raw socket, so that it leaves when the test says, not on a timer."""
-    url = urlsplit(gw.url)
-    data = json.dumps(payload).encode()
-    head = (
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(data)}\r\n\r\n"
-    ).encode()
-    with socket.create_connection((url.hostname, url.port), timeout=10) as s:
-        s.sendall(head + data)
-        yield
 
 
 def body(sim: RunningSim, tokens: int, stream: bool) -> dict[str, object]:
@@ -86,7 +67,7 @@ def test_disconnect_while_queued_then_while_running(
         wait_for(lambda: cancelled(gw, "queued"), lambda n: n == 1, describe="1 cancelled queued")
         assert gw.gateway.scheduler.queued() == 0
         # ... and a non-streaming one, whose client gives up.
-        with whole_answer_asked(gw, body(sim, 5, False)):
+        with held_request(gw.url + "/v1/chat/completions", body(sim, 5, False)):
             wait_for(lambda: gw.gateway.scheduler.queued(), lambda n: n == 1, describe="queued")
         wait_for(lambda: cancelled(gw, "queued"), lambda n: n == 2, describe="2 cancelled queued")
         text = metrics(gw)
@@ -104,7 +85,7 @@ def test_non_streaming_disconnect_aborts_upstream(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
     gw = gateway_factory(sim.url)
-    with whole_answer_asked(gw, body(sim, LONG, False)):
+    with held_request(gw.url + "/v1/chat/completions", body(sim, LONG, False)):
         wait_for(lambda: sim_running(sim), lambda n: n == 1, describe="saber-sim running it")
     wait_for(lambda: idle(gw, sim), describe=lambda: held(gw, sim))
     assert cancelled(gw, "running") == 1

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 T = TypeVar("T")
 
@@ -90,3 +92,18 @@ def wait_for(
         f"waited {time.monotonic() - started:.1f} s ({polls} polls) for {what}; "
         f"last observed: {value!r}"
     )
+
+
+@contextmanager
+def held_request(url: str, body: dict[str, Any]) -> Iterator[socket.socket]:
+    """POST ``body`` (JSON) to ``url`` on a raw socket, read nothing, and hang up when
+    the block ends: a client that leaves when the test says, not on a timer."""
+    parts = urlsplit(url)
+    data = json.dumps(body).encode()
+    head = (
+        f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as s:
+        s.sendall(head + data)
+        yield s
