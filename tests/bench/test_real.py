@@ -12,8 +12,9 @@ import httpx
 import pytest
 import yaml
 
-from harness import metric_value, wait_until, write_profile
-from saber.bench import RealRunError, rescale_tasks, run_real, short_sla_tasks
+from harness import metric_value, wait_for, write_profile
+from saber.bench import RealRunError, RunResult, rescale_tasks, run_real, short_sla_tasks
+from saber.bench._real import Served
 from saber.bench.cli import main
 from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.gateway import RunningGateway, settings_from_config, start_in_thread
@@ -101,7 +102,7 @@ def test_real_replays_one_stream_both_ways(
         text = httpx.get(gateway.url + "/metrics").text
         return {task: metric_value(text, "saber_requests_total", task=task) for task in per_task}
 
-    assert wait_until(lambda: counted() == per_task), (counted(), per_task)
+    wait_for(counted, lambda seen: seen == per_task, describe=f"the gateway's counts {per_task}")
 
 
 def test_run_real_is_the_library_call(sim: RunningSim, gateway: RunningGateway) -> None:
@@ -151,3 +152,22 @@ def test_short_sla_tasks_are_those_below_the_widest_gap() -> None:
     cpu = rescale_tasks(paper, input_scale=0.1, output_scale=0.5, reference=PAPER, target=CPU)
     assert cpu["code_qna"].sla_s != cpu["code_summary"].sla_s
     assert short_sla_tasks(trace, cpu) == {"code_qna", "code_summary"}
+
+
+def test_a_request_that_errored_counts_as_an_error_and_a_missed_sla() -> None:
+    # What the real loop's bare-engine run reports when a client timeout cuts a request
+    # off: it is not dropped from the goodput, it is a miss.
+    run = RunResult(
+        "direct",
+        [
+            Served("0", "code_qna", 1.0, 0.5, 10),
+            Served("1", "code_qna", 1.0, None, 0, "TimeoutError: "),
+            Served("2", "code_generation", 8.0, 9.0, 10),
+            Served("3", "code_generation", 8.0, 2.0, 10),
+        ],
+    )
+    summary = run.summary({"code_qna"})
+    assert summary["errors"] == 1
+    assert summary["short_sla_goodput"] == 0.5
+    assert summary["goodput"] == 0.5
+    assert summary["goodput_per_task"] == {"code_generation": 0.5, "code_qna": 0.5}

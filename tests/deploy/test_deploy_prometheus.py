@@ -20,7 +20,7 @@ from deploy_support import (
     find_tool,
 )
 
-from harness import free_port, wait_until
+from harness import free_port, wait_for, wait_until
 
 
 def _promtool(
@@ -335,14 +335,16 @@ def test_prometheus_scrapes_the_gateway_and_runs_rules_and_panels(
 ) -> None:
     url = prometheus
     # Two scrapes of each target, so that rate() over a minute has points.
-    assert wait_until(
-        lambda: (
-            bool(_query(url, "count_over_time(saber_requests_in_flight[1m]) >= 2"))
-            and bool(_query(url, "count_over_time(vllm:num_requests_running[1m]) >= 2"))
-        ),
-        30,
+    wait_for(
+        lambda: [
+            bool(_query(url, "count_over_time(saber_requests_in_flight[1m]) >= 2")),
+            bool(_query(url, "count_over_time(vllm:num_requests_running[1m]) >= 2")),
+        ],
+        all,
+        timeout=30,
         step=0.25,
-    ), "no saber_ series scraped within 30 s"
+        describe="two scrapes of the gateway and of the engine ([gateway, engine])",
+    )
     served = _query(url, 'saber_requests_total{job="saber-gateway", outcome="served"}')
     assert sum(float(s["value"][1]) for s in served) >= 5  # what the fixture sent
 
@@ -351,7 +353,13 @@ def test_prometheus_scrapes_the_gateway_and_runs_rules_and_panels(
         groups = httpx.get(url + "/api/v1/rules", timeout=10).json()["data"]["groups"]
         return [r for g in groups for r in g["rules"]]
 
-    assert wait_until(lambda: all(r["health"] != "unknown" for r in evaluated()), 15, step=0.25)
+    wait_for(
+        lambda: {r["name"]: r["health"] for r in evaluated()},
+        lambda health: "unknown" not in health.values(),
+        timeout=15,
+        step=0.25,
+        describe="every rule evaluated (rule: health)",
+    )
     rules = evaluated()
     assert {r["name"] for r in rules} >= {"SaberGoodputLow", "SaberSpeedProfileStale"}
     assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []

@@ -48,6 +48,15 @@ def idle(gw: RunningGateway, sim: RunningSim) -> bool:
     )
 
 
+def held(gw: RunningGateway, sim: RunningSim) -> str:
+    """What is held anywhere, for a failed wait for ``idle`` (which is all of it at 0)."""
+    s = gw.gateway.scheduler
+    return (
+        f"nothing held (admission active {gw.gateway.admission.active}, load {s.load}, "
+        f"queued {s.queued()}, saber-sim running {sim_running(sim)})"
+    )
+
+
 def call_in_loop(gw: RunningGateway, fn: Callable[[], Any]) -> Any:
     """Run ``fn`` on the gateway's event loop thread and return its result."""
     loop = gw.gateway.admission._loop

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from gateway_support import GatewayFactory, sim_running
 
-from harness import metric_value, wait_until
+from harness import metric_value, wait_for
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim, serve_in_thread
 
@@ -60,7 +60,13 @@ def test_backend_down_answers_503_fast_then_recovers(
     health = httpx.get(gw.url + "/health")
     assert health.status_code == 503 and health.json()["backend"]["reachable"] is False
     # The backend comes back: so does the gateway, with no restart.
-    assert wait_until(lambda: post(gw, faulty).status_code == 200, timeout=5, step=0.1)
+    wait_for(
+        lambda: post(gw, faulty).status_code,
+        lambda code: code == 200,
+        timeout=5,
+        step=0.1,
+        describe="a 200 once the backend is back",
+    )
     assert httpx.get(gw.url + "/health").status_code == 200
     assert gw.gateway.scheduler.load == 0
 
@@ -97,7 +103,7 @@ def test_stall_non_streaming_is_504(gateway_factory: GatewayFactory, faulty: Run
     resp = post(gw, faulty)
     assert resp.status_code == 504
     assert resp.json()["error"]["code"] == "backend_timeout"
-    assert wait_until(lambda: sim_running(faulty) == 0)
+    wait_for(lambda: sim_running(faulty), lambda n: n == 0, describe="saber-sim idle")
     assert gw.gateway.scheduler.load == 0
 
 
@@ -116,7 +122,7 @@ def test_stall_mid_stream_ends_with_an_error_event(
     assert (error["code"], error["type"]) == (504, "GatewayTimeoutError")
     assert error["message"] == "the backend stopped sending"
     assert counted(gw, "backend_timeout") == 1
-    assert wait_until(lambda: sim_running(faulty) == 0)
+    wait_for(lambda: sim_running(faulty), lambda n: n == 0, describe="saber-sim idle")
     assert gw.gateway.scheduler.load == 0
 
 

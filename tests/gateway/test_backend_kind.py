@@ -12,7 +12,7 @@ from fake_llamacpp import BUILD_INFO, ERROR_STREAM, MODEL, USAGE, FakeLlamaCpp, 
 from gateway_support import GatewayFactory
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import metric_value, wait_until
+from harness import metric_value, wait_for
 from saber.gateway import RunningGateway
 from saber.scheduler import SchedRequest
 
@@ -34,15 +34,19 @@ def offered_tokens(gw: RunningGateway) -> list[int]:
     return [e.arg.tokens for e in trace if e.call == "offer" and isinstance(e.arg, SchedRequest)]
 
 
+def mirrored(gw: RunningGateway, what: str) -> float:
+    return metric_value(metrics(gw), f"saber_backend_requests_{what}")
+
+
 def test_detected_and_its_load_exported(gateway_factory: GatewayFactory) -> None:
     fake = FakeLlamaCpp(processing=2, deferred=1)
     gw = start(gateway_factory, fake)
     backend = httpx.get(gw.url + "/saber/status").json()["backend"]
     assert backend["kind"] == "llamacpp" and backend["kind_source"] == "detected"
     assert backend["version"] == BUILD_INFO and backend["models"] == [MODEL]
-    assert wait_until(lambda: metric_value(metrics(gw), "saber_backend_requests_running") == 2)
+    wait_for(lambda: mirrored(gw, "running"), lambda n: n == 2, describe="running 2 mirrored")
     fake.processing, fake.deferred = 9, 4
-    assert wait_until(lambda: metric_value(metrics(gw), "saber_backend_requests_waiting") == 4)
+    wait_for(lambda: mirrored(gw, "waiting"), lambda n: n == 4, describe="waiting 4 mirrored")
     text = metrics(gw)
     assert metric_value(text, "saber_backend_requests_running") == 9
     assert metric_value(text, "saber_requests_in_flight") == 0
@@ -142,7 +146,11 @@ def test_a_configured_kind_is_not_detected(gateway_factory: GatewayFactory) -> N
     assert backend["kind"] == "sim" and backend["kind_source"] == "configured"
     assert backend["version"] is None and backend["models"] == [MODEL]
     # sim reads vLLM's series, which llama.cpp does not have: each read fails, counted.
-    assert wait_until(lambda: metric_value(metrics(gw), "saber_backend_scrape_errors_total") >= 2)
+    wait_for(
+        lambda: metric_value(metrics(gw), "saber_backend_scrape_errors_total"),
+        lambda n: n >= 2,
+        describe="2 failed reads",
+    )
     status = httpx.get(gw.url + "/saber/status").json()["backend"]
     assert "vllm:num_requests_running" in status["last_scrape_error"]
     assert status["running"] is None and status["scraped_age_s"] is None

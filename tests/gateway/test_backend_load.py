@@ -15,7 +15,7 @@ import pytest
 from gateway_support import GatewayFactory
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import wait_until
+from harness import wait_for
 from saber import __version__
 from saber.gateway import RunningGateway
 from saber.gateway.access_log import GATEWAY_LOGGER
@@ -40,6 +40,16 @@ def value(gw: RunningGateway, name: str) -> float | None:
     return None if found is None else sum(v for _, v in found)
 
 
+def reads(gw: RunningGateway, name: str, expected: float | None, timeout: float = 5.0) -> None:
+    """Wait until the gateway's metric ``name`` reads ``expected`` (None: absent); fails
+    with the last value read."""
+    wait_for(lambda: value(gw, name), lambda v: v == expected, timeout=timeout, describe=name)
+
+
+def errors(gw: RunningGateway) -> float:
+    return value(gw, "saber_backend_scrape_errors_total") or 0
+
+
 @contextlib.contextmanager
 def direct_streams(sim: RunningSim, n: int) -> Iterator[None]:
     """``n`` long streams sent straight to saber-sim, open until the block ends."""
@@ -58,18 +68,18 @@ def test_traffic_that_bypasses_the_gateway_is_visible(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
     gw = gateway_factory(sim.url, **FAST_SCRAPES)
-    assert wait_until(lambda: value(gw, "saber_backend_requests_running") == 0)
+    reads(gw, "saber_backend_requests_running", 0)
     info = samples(gw)["saber_backend_info"]
     assert info == [({"kind": "sim", "version": __version__, "source": "detected"}, 1.0)]
     with direct_streams(sim, 5):
-        assert wait_until(lambda: value(gw, "saber_backend_requests_running") == 5)
+        reads(gw, "saber_backend_requests_running", 5)
         assert value(gw, "saber_requests_in_flight") == 0
         assert value(gw, "saber_backend_requests_waiting") == 0
         backend = httpx.get(gw.url + "/saber/status").json()["backend"]
         assert backend["running"] == 5 and backend["gateway_in_flight"] == 0
         assert backend["kind"] == "sim" and backend["url"] == sim.url
         assert 0 <= backend["scraped_age_s"] < 5.0 and backend["metrics_interval_s"] == 0.1
-    assert wait_until(lambda: value(gw, "saber_backend_requests_running") == 0)
+    reads(gw, "saber_backend_requests_running", 0)
     assert value(gw, "saber_backend_scrape_errors_total") == 0
 
 
@@ -81,10 +91,10 @@ def test_the_gateways_own_requests_count_on_both_sides(
         "POST", gw.url + "/v1/completions", json={"model": sim.model, **LONG}, timeout=10
     ) as r:
         assert r.status_code == 200
-        assert wait_until(lambda: value(gw, "saber_backend_requests_running") == 1)
+        reads(gw, "saber_backend_requests_running", 1)
         assert value(gw, "saber_requests_in_flight") == 1
-    assert wait_until(lambda: value(gw, "saber_backend_requests_running") == 0)
-    assert wait_until(lambda: gw.gateway.scheduler.load == 0)
+    reads(gw, "saber_backend_requests_running", 0)
+    wait_for(lambda: gw.gateway.scheduler.load, lambda n: n == 0, describe="the scheduler's load 0")
 
 
 def test_min_tokens_raise_the_expected_tokens(
@@ -120,17 +130,17 @@ def test_failed_reads_are_counted_and_stale_values_dropped(
 ) -> None:
     with serve_in_thread(time_scale=20.0) as own:
         gw = gateway_factory(own.url, **FAST_SCRAPES)
-        assert wait_until(lambda: value(gw, "saber_backend_requests_running") == 0)
+        reads(gw, "saber_backend_requests_running", 0)
         gw.gateway.backend.stale_after = 0.5
         resp = httpx.post(own.url + "/sim/faults", json={"refuse_for": 4.0})
         assert resp.status_code == 200
-        assert wait_until(lambda: (value(gw, "saber_backend_scrape_errors_total") or 0) >= 3)
-        assert wait_until(lambda: value(gw, "saber_backend_requests_running") is None)
+        wait_for(lambda: errors(gw), lambda n: n >= 3, describe="3 failed reads")
+        reads(gw, "saber_backend_requests_running", None)
         backend = httpx.get(gw.url + "/saber/status").json()["backend"]
         assert own.url + "/metrics" in backend["last_scrape_error"]
         assert backend["running"] == 0 and backend["scraped_age_s"] > 0.5  # the last read
         # The backend comes back, and so do the gauges.
-        assert wait_until(lambda: value(gw, "saber_backend_requests_running") == 0, timeout=12)
+        reads(gw, "saber_backend_requests_running", 0, timeout=12)
         assert httpx.get(gw.url + "/saber/status").json()["backend"]["last_scrape_error"] is None
 
 
@@ -145,21 +155,21 @@ def test_a_backend_down_at_start_is_identified_when_it_comes_up(
     assert any("cannot identify the backend yet" in r.getMessage() for r in caplog.records)
     info = samples(gw)["saber_backend_info"]
     assert info == [({"kind": "vllm", "version": "", "source": "assumed"}, 1.0)]
-    assert wait_until(lambda: (value(gw, "saber_backend_scrape_errors_total") or 0) >= 1)
+    wait_for(lambda: errors(gw), lambda n: n >= 1, describe="a failed read")
     # Meanwhile it is served as vLLM: requests get the backend's absence as an answer.
     resp = httpx.post(gw.url + "/v1/completions", json={"model": "m", "prompt": "x"})
     assert resp.status_code == 503
     with serve_in_thread(time_scale=20.0, port=port) as late:
-
-        def identified() -> bool:
-            labels: dict[str, Any] = samples(gw)["saber_backend_info"][0][0]
-            return labels["source"] == "detected"
-
-        assert wait_until(identified, timeout=20)  # retries back off: 1, 2, 4, 8 s
-        assert samples(gw)["saber_backend_info"][0][0]["kind"] == "sim"
-        found = [r for r in caplog.records if r.getMessage() == "backend identified"]
+        # Identified, then logged: wait for the log record. Retries back off: 1, 2, 4, 8 s.
+        found = wait_for(
+            lambda: [r for r in caplog.records if r.getMessage() == "backend identified"],
+            timeout=20,
+            describe=lambda: f"the backend identified (info: {samples(gw)['saber_backend_info']})",
+        )
         assert [r.__dict__["backend_kind"] for r in found] == ["sim"]
-        assert wait_until(lambda: value(gw, "saber_backend_requests_running") == 0)
+        labels: dict[str, Any] = samples(gw)["saber_backend_info"][0][0]
+        assert (labels["kind"], labels["source"]) == ("sim", "detected")
+        reads(gw, "saber_backend_requests_running", 0)
         resp = httpx.post(
             gw.url + "/v1/completions", json={"model": late.model, "prompt": "x", "max_tokens": 3}
         )

@@ -3,7 +3,7 @@
 Three slots and one queue place per task: three long answers stream (600 tokens each,
 several seconds on saber-sim at real speed), a short request waits in each client's
 queue, and the gateway has learned that code_qna answers are short (20 tokens) or long
-(600). Once the long ones have run past the short answers (1.5 s), three clients ask,
+(600). Once the long ones have run past the mean (about 1 s), three clients ask,
 each with its built-in retries as shipped: openai-python, openai-node 6 (Continue's
 chat) and the AI SDK's openai-compatible provider (Cline). Each is turned away (429)
 with a Retry-After.
@@ -39,7 +39,7 @@ import openai
 import pytest
 from gateway_support import GatewayFactory, call_in_loop
 
-from harness import metric_value, wait_until
+from harness import metric_value, wait_for
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim, serve_in_thread
 
@@ -122,13 +122,18 @@ def _fill(gw: RunningGateway, sim: RunningSim) -> list[concurrent.futures.Future
     long = {"model": "chat", "messages": messages, "max_tokens": LONG_TOKENS, "ignore_eos": True}
     pool = concurrent.futures.ThreadPoolExecutor(SLOTS + 3)
     futures = [pool.submit(_streamed, url, {**long, "stream": True}) for _ in range(SLOTS)]
-    assert wait_until(lambda: gw.gateway.scheduler.load == SLOTS, 5)
+    wait_for(lambda: gw.gateway.scheduler.load, lambda n: n == SLOTS, describe="slots full")
     for model in ("chat", f"{sim.model}:code_summary", "generate"):
         short = {"model": model, "messages": messages, "max_tokens": 2}
         futures.append(pool.submit(_streamed, url, short))
-    assert wait_until(lambda: gw.gateway.scheduler.queued() == 3, 5)
+    wait_for(lambda: gw.gateway.scheduler.queued(), lambda n: n == 3, describe="3 queued")
     pool.shutdown(wait=False)
     return futures
+
+
+def progress(gw: RunningGateway) -> list[tuple[int, float]]:
+    """Each running request's tokens so far, and the tokens expected of it at admission."""
+    return [(r.generated or 0, r.tokens) for r in gw.gateway.scheduler.running()]
 
 
 def _python_client(gw: RunningGateway, caplog: pytest.LogCaptureFixture) -> dict[str, Any]:
@@ -153,7 +158,14 @@ def _python_client(gw: RunningGateway, caplog: pytest.LogCaptureFixture) -> dict
 def _round(gw: RunningGateway, sim: RunningSim, node: Path | None, caplog: Any) -> list[Any]:
     """Fill the gateway, let the long answer run past the short ones, send the clients."""
     fillers = _fill(gw, sim)
-    time.sleep(1.5)  # past every short answer, and the mean
+    # Past every short answer, and past what each was expected to make at its admission
+    # (the mean of what code_qna's answers have been): about 1 s.
+    wait_for(
+        lambda: call_in_loop(gw, lambda: progress(gw)),
+        lambda made: len(made) == SLOTS and all(n > expected for n, expected in made),
+        timeout=30,
+        describe="every long answer past the tokens expected of it (made, expected)",
+    )
     procs = []
     if node is not None:
         env = {**os.environ, "CLIENTS_DIR": str(node)}
@@ -166,7 +178,7 @@ def _round(gw: RunningGateway, sim: RunningSim, node: Path | None, caplog: Any) 
         out, _ = proc.communicate(timeout=120)
         results.append(json.loads(out.strip().splitlines()[-1]))
     assert [f.result() for f in fillers] == [200] * (SLOTS + 3)
-    assert wait_until(lambda: gw.gateway.admission.active == 0, 30)
+    wait_for(lambda: gw.gateway.admission.active, lambda n: n == 0, timeout=30, describe="idle")
     return results
 
 

@@ -13,7 +13,7 @@ import httpx
 from fake_vllm import MODEL, FakeVllm
 from gateway_support import GatewayFactory, start_fake
 
-from harness import metric_value, wait_until
+from harness import metric_value, wait_for
 from saber.gateway import RunningGateway
 
 REQUEST = (
@@ -40,6 +40,10 @@ def refused(gw: RunningGateway, reason: str) -> float:
     return metric_value(text, "saber_connections_refused_total", reason=reason)
 
 
+def connections(gw: RunningGateway) -> float | None:
+    return gw.gateway.metrics.registry.get_sample_value("saber_client_connections")
+
+
 def test_slow_headers_are_cut_off(gateway_factory: GatewayFactory) -> None:
     """Defect 4 (issue 14): connections sending their headers a byte a second stayed
     open for ever (uvicorn has no header timeout), and with the file limit reached new
@@ -49,9 +53,11 @@ def test_slow_headers_are_cut_off(gateway_factory: GatewayFactory) -> None:
     head = REQUEST % len(BODY)
     answers: list[bytes] = []
     took: list[float] = []
+    opened: list[socket.socket] = []
 
     def slowloris() -> None:
         with connect(gw) as s:
+            opened.append(s)
             started = time.monotonic()
             try:
                 for byte in head:
@@ -65,7 +71,8 @@ def test_slow_headers_are_cut_off(gateway_factory: GatewayFactory) -> None:
     clients = [threading.Thread(target=slowloris) for _ in range(20)]
     for c in clients:
         c.start()
-    time.sleep(0.2)
+    # Another client comes while the 20 hold their connections.
+    wait_for(lambda: len(opened), lambda n: n == 20, describe="20 slow connections open")
     body = {"model": MODEL, "prompt": "x", "max_tokens": 2}
     assert httpx.post(gw.url + "/v1/completions", json=body, timeout=5).status_code == 200
     for c in clients:
@@ -76,8 +83,7 @@ def test_slow_headers_are_cut_off(gateway_factory: GatewayFactory) -> None:
         assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_timeout"
     assert max(took) < 3.0
     assert refused(gw, "header_timeout") == 20
-    assert wait_until(lambda: gw.gateway.metrics.registry.get_sample_value(
-        "saber_client_connections") == 0)  # fmt: skip
+    wait_for(lambda: connections(gw), lambda n: n == 0, describe="every connection closed")
 
 
 def test_a_silent_connection_is_closed_and_a_kept_alive_one_is_not(
@@ -104,8 +110,7 @@ def test_past_the_limit_a_connection_gets_a_clean_503(gateway_factory: GatewayFa
     gw = start_fake(gateway_factory, FakeVllm(), max_client_connections=4, header_timeout_s=30)
     held = [connect(gw) for _ in range(4)]
     try:
-        assert wait_until(lambda: gw.gateway.metrics.registry.get_sample_value(
-            "saber_client_connections") == 4)  # fmt: skip
+        wait_for(lambda: connections(gw), lambda n: n == 4, describe="4 connections held")
         for _ in range(3):
             with connect(gw) as extra:
                 extra.sendall(REQUEST % len(BODY) + BODY)
@@ -117,8 +122,7 @@ def test_past_the_limit_a_connection_gets_a_clean_503(gateway_factory: GatewayFa
     finally:
         for s in held:
             s.close()
-    assert wait_until(lambda: gw.gateway.metrics.registry.get_sample_value(
-        "saber_client_connections") == 0)  # fmt: skip
+    wait_for(lambda: connections(gw), lambda n: n == 0, describe="every connection closed")
     body = {"model": MODEL, "prompt": "x", "max_tokens": 2}
     assert httpx.post(gw.url + "/v1/completions", json=body).status_code == 200
     assert refused(gw, "limit") == 3

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 import time
+from collections.abc import Callable
 
 import httpx
-import pytest
-from gateway_support import GatewayFactory, idle, sim_running
+from gateway_support import GatewayFactory, held, idle, sim_running
 
-from harness import metric_value, wait_until
+from harness import held_request, metric_value, wait_for
 from saber.gateway import RunningGateway
 from saber.scheduler import Action
 from saber.sim.http import RunningSim
@@ -26,6 +25,10 @@ LONG = 5000  # tokens: seconds of generation even at the test time scale
 
 def metrics(gw: RunningGateway) -> str:
     return httpx.get(gw.url + "/metrics").text
+
+
+def cancelled(gw: RunningGateway, where: str) -> float:
+    return metric_value(metrics(gw), "saber_requests_total", outcome=f"cancelled_{where}")
 
 
 def body(sim: RunningSim, tokens: int, stream: bool) -> dict[str, object]:
@@ -50,7 +53,7 @@ def test_disconnect_while_queued_then_while_running(
         assert running.status_code == 200
         lines = running.iter_lines()
         assert next(lines).startswith("data: ")
-        assert wait_until(lambda: sim_running(sim) == 1)
+        wait_for(lambda: sim_running(sim), lambda n: n == 1, describe="saber-sim running it")
 
         # A streaming request behind it is held, and told so with SSE comments.
         with (
@@ -61,17 +64,18 @@ def test_disconnect_while_queued_then_while_running(
             waiting = queued.iter_lines()  # keep it: a dropped iterator closes the connection
             assert next(waiting) == ": queued"
             assert gw.gateway.scheduler.queued() == 1
+        wait_for(lambda: cancelled(gw, "queued"), lambda n: n == 1, describe="1 cancelled queued")
+        assert gw.gateway.scheduler.queued() == 0
         # ... and a non-streaming one, whose client gives up.
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(url, json=body(sim, 5, False), timeout=0.3)
-
-        assert wait_until(lambda: gw.gateway.scheduler.queued() == 0)
+        with held_request(gw.url + "/v1/chat/completions", body(sim, 5, False)):
+            wait_for(lambda: gw.gateway.scheduler.queued(), lambda n: n == 1, describe="queued")
+        wait_for(lambda: cancelled(gw, "queued"), lambda n: n == 2, describe="2 cancelled queued")
         text = metrics(gw)
-        assert metric_value(text, "saber_requests_total", outcome="cancelled_queued") == 2
+        assert gw.gateway.scheduler.queued() == 0
         assert metric_value(text, "saber_requests_in_flight") == 1
         assert sim_running(sim) == 1  # the queued ones never reached the backend
     # The running stream's client hung up: the upstream request is aborted.
-    assert wait_until(lambda: idle(gw, sim))
+    wait_for(lambda: idle(gw, sim), describe=lambda: held(gw, sim))
     text = metrics(gw)
     assert metric_value(text, "saber_requests_total", outcome="cancelled_running") == 1
     assert metric_value(text, "saber_requests_in_flight") == 0
@@ -81,22 +85,14 @@ def test_non_streaming_disconnect_aborts_upstream(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
     gw = gateway_factory(sim.url)
-    done = threading.Event()
-
-    def give_up() -> None:
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(gw.url + "/v1/chat/completions", json=body(sim, LONG, False), timeout=0.5)
-        done.set()
-
-    t = threading.Thread(target=give_up)
-    t.start()
-    assert wait_until(lambda: sim_running(sim) == 1)
-    t.join()
-    assert wait_until(lambda: idle(gw, sim))
-    assert metric_value(metrics(gw), "saber_requests_total", outcome="cancelled_running") == 1
+    with held_request(gw.url + "/v1/chat/completions", body(sim, LONG, False)):
+        wait_for(lambda: sim_running(sim), lambda n: n == 1, describe="saber-sim running it")
+    wait_for(lambda: idle(gw, sim), describe=lambda: held(gw, sim))
+    assert cancelled(gw, "running") == 1
 
 
 N_RANDOM = 1000
+BUDGET_S = 60.0
 
 
 def test_no_slot_leaks_across_1000_random_disconnects(
@@ -109,13 +105,19 @@ def test_no_slot_leaks_across_1000_random_disconnects(
         queue_cap=None,
         queued_comment_interval_s=0.02,
     )
+
+    def enough() -> bool:
+        """N_RANDOM requests offered to the scheduler, a third of them cancelled there."""
+        trace = list(gw.gateway.admission.trace or [])
+        queued, running = cancelled(gw, "queued"), cancelled(gw, "running")
+        offered = sum(e.call == "offer" for e in trace)
+        cut = queued + running > N_RANDOM / 3 and queued > 0 and running > 0
+        return offered >= N_RANDOM and cut
+
     started = time.monotonic()
-    kinds = asyncio.run(_random_clients(gw, sim, seed=1234))
+    kinds = asyncio.run(_random_clients(gw, sim, enough, seed=1234))
     elapsed = time.monotonic() - started
-    assert wait_until(lambda: idle(gw, sim), timeout=10), (
-        f"leak: active={gw.gateway.admission.active} load={gw.gateway.scheduler.load} "
-        f"queued={gw.gateway.scheduler.queued()} sim={sim_running(sim)}"
-    )
+    wait_for(lambda: idle(gw, sim), timeout=10, describe=lambda: held(gw, sim))
     text = metrics(gw)
     assert metric_value(text, "saber_requests_in_flight") == 0
     assert metric_value(text, "saber_queue_depth") == 0
@@ -126,26 +128,24 @@ def test_no_slot_leaks_across_1000_random_disconnects(
     offered = [e.arg.id for e in trace if e.call == "offer"]  # type: ignore[union-attr]
     released = [e.arg for e in trace if e.call in ("finish", "fail", "cancel")]
     rejected = [d.request.id for e in trace for d in e.decisions if d.action is Action.REJECT]
-    assert len(offered) >= N_RANDOM
+    assert len(offered) >= N_RANDOM, kinds
     assert sorted(released + rejected) == sorted(offered)
     uploads = metric_value(text, "saber_requests_total", outcome="cancelled_upload")
     assert metric_value(text, "saber_requests_total") == len(offered) + uploads
-    cancelled = metric_value(
-        text, "saber_requests_total", outcome="cancelled_queued"
-    ) + metric_value(text, "saber_requests_total", outcome="cancelled_running")
-    # The traffic did exercise disconnects: at least a hundred requests ended in one
-    # (about 300 here; how many depends on how fast the machine serves the rest).
-    assert cancelled >= 100, f"only {cancelled:.0f} disconnects were exercised"
-    assert metric_value(text, "saber_requests_total", outcome="cancelled_queued") > 0
-    assert metric_value(text, "saber_requests_total", outcome="cancelled_running") > 0
+    queued, running = cancelled(gw, "queued"), cancelled(gw, "running")
+    assert queued + running > N_RANDOM / 3, (queued, running, kinds)
+    assert queued > 0 and running > 0, (queued, running, kinds)
     assert kinds["completed"] > 0
-    assert elapsed < 60
+    assert elapsed < BUDGET_S, kinds
 
 
-async def _random_clients(gw: RunningGateway, sim: RunningSim, seed: int) -> dict[str, int]:
+async def _random_clients(
+    gw: RunningGateway, sim: RunningSim, enough: Callable[[], object], seed: int
+) -> dict[str, int]:
+    """Rounds of 200 random clients until ``enough()``, none begun after BUDGET_S."""
     rng = random.Random(seed)
     gate = asyncio.Semaphore(48)
-    kinds = {"completed": 0, "gave_up": 0}
+    kinds = {"completed": 0, "gave_up": 0, "rounds": 0}
     limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=gw.url, timeout=30, limits=limits) as client:
 
@@ -167,12 +167,12 @@ async def _random_clients(gw: RunningGateway, sim: RunningSim, seed: int) -> dic
                 except TimeoutError:
                     kinds["gave_up"] += 1
 
-        # Clients that give up very early may never reach the gateway: keep going
-        # until N_RANDOM requests have reached the scheduler.
-        trace = gw.gateway.admission.trace
-        assert trace is not None
-        while sum(e.call == "offer" for e in list(trace)) < N_RANDOM:
+        # Clients that give up very early may never reach the gateway, the more so on a
+        # busy machine: keep going until enough have reached it, and been cancelled there.
+        started = time.monotonic()
+        while time.monotonic() - started < BUDGET_S and not enough():
             await asyncio.gather(*(one(i) for i in range(200)))
+            kinds["rounds"] += 1
     return kinds
 
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from gateway_support import GatewayFactory
 
-from harness import gateway_process, metric_value, wait_until
+from harness import gateway_process, scrape, wait_for
 from saber.sim.http import RunningSim, serve_in_thread
 
 SHORT, LONG = 150, 1500  # tokens: about 2 s and about 20 s, at time scale 1 with 40 running
@@ -104,11 +104,11 @@ def test_sigterm_with_40_streams_in_flight(
         for s in streams:
             s.start()
         for s in streams:
-            assert s.first.wait(30) and s.error is None
+            assert s.first.wait(30) and s.error is None, (s.lines, s.error)
         assert all(s.lines[0].startswith("data: {") for s in streams)
         queued = Stream(url, body(sim, SHORT))
         queued.start()
-        assert queued.first.wait(10) and queued.lines == [": queued"]
+        assert queued.first.wait(10) and queued.lines == [": queued"], queued.lines
         waiting: dict[str, httpx.Response] = {}
         whole = threading.Thread(
             target=lambda: waiting.setdefault(
@@ -116,11 +116,10 @@ def test_sigterm_with_40_streams_in_flight(
             )
         )
         whole.start()
-        assert wait_until(
-            lambda: (
-                metric_value(httpx.get(gateway.base_url + "/metrics").text, "saber_queue_depth")
-                == 2
-            )
+        wait_for(
+            lambda: scrape(gateway.base_url, "saber_queue_depth"),
+            lambda depth: depth == 2,
+            describe="the stream and the whole answer queued",
         )
 
         gateway.send_signal(signal.SIGTERM)
@@ -138,10 +137,12 @@ def test_sigterm_with_40_streams_in_flight(
 
         whole.join(10)
         queued.join(10)
+        assert not whole.is_alive() and not queued.is_alive(), "a queued request still waits"
         code = gateway.wait(DRAIN_S + 15)
         exited = time.monotonic() - sigterm
         for s in streams:
             s.join(5)
+        assert not [s.lines[-3:] for s in streams if s.is_alive()], "streams still open"
         short = [s for s in streams if s.payload["max_tokens"] == SHORT]
         long = [s for s in streams if s.payload["max_tokens"] == LONG]
         for s in streams:
@@ -179,8 +180,11 @@ def test_sigterm_with_40_streams_in_flight(
     )
     drained = [r for r in records if r.get("msg") == "drained"]
     assert drained and drained[0]["interrupted"] == 20
-    assert wait_until(lambda: metric_value(httpx.get(sim.url + "/metrics").text,
-                                           "vllm:num_requests_running") == 0)  # fmt: skip
+    wait_for(
+        lambda: scrape(sim.url, "vllm:num_requests_running"),
+        lambda running: running == 0,
+        describe="saber-sim idle",
+    )
 
 
 def test_drain_with_nothing_running_ends_at_once(
@@ -210,9 +214,10 @@ def test_a_whole_answer_still_running_gets_a_503(
         )
     )
     t.start()
-    assert wait_until(lambda: gw.gateway.scheduler.load == 1)
+    wait_for(lambda: gw.gateway.scheduler.load, lambda load: load == 1, describe="it running")
     gw.drain()
     t.join(10)
+    assert not t.is_alive(), "no answer 10 s after the drain began"
     resp = got["r"]
     assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
     assert resp.json()["error"]["code"] == "drain_timeout"

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import openai
-from gateway_support import GatewayFactory, call_in_loop, idle
+from gateway_support import GatewayFactory, call_in_loop, held, idle
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 )
 from injection import STEPS, Injector, counts
 
-from harness import wait_until
+from harness import wait_for
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
 
@@ -93,7 +93,12 @@ async def one_request(
 
 def set_faults(sim: RunningSim, faults: dict[str, float]) -> None:
     """saber-sim's fault API; it does not answer while it refuses connections."""
-    assert wait_until(lambda: sim.state.listener.refusing_for == 0, timeout=5)
+    wait_for(
+        lambda: sim.state.listener.refusing_for,
+        lambda left: left == 0,
+        timeout=5,
+        describe="saber-sim accepting connections again",
+    )
     httpx.post(sim.url + "/sim/faults", json=faults).raise_for_status()
 
 
@@ -138,7 +143,12 @@ class Exchanges(RuleBasedStateMachine):
         future = self.loop.submit(one_request(self.sdk, self.sim.model, stream, tokens, task))
         self.clients.append(future)
         # On once the gateway holds it (or has answered it): a hang-up is then its own.
-        assert wait_until(lambda: self.offers() > offered or future.done(), timeout=10)
+        wait_for(
+            lambda: (self.offers(), future.done()),
+            lambda seen: seen[0] > offered or seen[1],
+            timeout=10,
+            describe=f"the request offered (offers were {offered}), or answered",
+        )
 
     @rule(pick=st.integers(0, 100))
     def hang_up(self, pick: int) -> None:
@@ -181,7 +191,11 @@ class Exchanges(RuleBasedStateMachine):
             self._hang_up(client)
         _, pending = concurrent.futures.wait(self.clients, timeout=30)
         assert not pending
-        assert wait_until(lambda: idle(self.gw, self.sim), timeout=10), "something is held"
+        wait_for(
+            lambda: idle(self.gw, self.sim),
+            timeout=10,
+            describe=lambda: held(self.gw, self.sim),
+        )
         seen = [c.result() for c in self.clients if not c.cancelled()]
         assert "connection lost" not in seen
         assert len(seen) + self.hung_up == len(self.clients)

@@ -14,7 +14,7 @@ from gateway_support import GatewayFactory
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import wait_until
+from harness import wait_for
 from saber.gateway.access_log import GATEWAY_LOGGER, REQUEST_LOGGER
 from saber.gateway.learning import over_profile
 from saber.scheduler import Observation
@@ -68,9 +68,14 @@ def test_a_profile_that_misdescribes_the_engine_is_refitted_swapped_and_logged(
     caplog.set_level(logging.WARNING, logger=GATEWAY_LOGGER)
     for concurrency in (1, 4, 8):
         asyncio.run(_load(gw.url, sim.model, 20, concurrency, 30))
-    assert wait_until(lambda: gw.gateway.learning.fit.swaps >= 1, timeout=10)
-    swapped = [r for r in caplog.records if r.getMessage().startswith("speed model swapped")]
-    assert swapped and swapped[0].departure > 0.15  # type: ignore[attr-defined]
+    # The swap is counted (in the refit's thread) before the curve is swapped in and the
+    # swap logged (on the event loop): wait for the log record, the last of the three.
+    swapped = wait_for(
+        lambda: [r for r in caplog.records if r.getMessage().startswith("speed model swapped")],
+        timeout=10,
+        describe=lambda: f"the swap logged (swaps counted: {gw.gateway.learning.fit.swaps})",
+    )
+    assert swapped[0].departure > 0.15  # type: ignore[attr-defined]
     status = httpx.get(gw.url + "/saber/status").json()
     assert status["learning"]["swaps"] >= 1
     assert status["learning"]["live_model"]["params"] != status["profile"]["params"]
@@ -117,7 +122,13 @@ def test_the_state_file_keeps_what_was_learned_across_a_restart(
     first = gateway_factory(sim.url, state_file=str(state), **QUICK_REFIT)
     for concurrency in (1, 4, 8):
         asyncio.run(_load(first.url, sim.model, 20, concurrency, 30))
-    assert wait_until(lambda: first.gateway.learning.fit.swaps >= 1, timeout=10)
+    # Counted in the refit's thread, then swapped in on the event loop: wait for the swap.
+    wait_for(
+        lambda: first.gateway.learning.swapped_at,
+        lambda at: at is not None,
+        timeout=10,
+        describe=lambda: f"a curve swapped in (swaps counted: {first.gateway.learning.fit.swaps})",
+    )
     learned = first.gateway.scheduler.lengths.summary()["code_generation"]
     live = first.gateway.scheduler.speed_model
     first.stop()

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
-from gateway_support import idle
+from gateway_support import held, idle
 from injection import STEPS, Injector, applies, counts
 
-from harness import wait_until
+from harness import wait_for
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
 
@@ -68,7 +68,7 @@ def test_an_exception_at_any_step_ends_in_one_internal_error(
         assert (err.body["code"], err.body["type"]) == (500, "InternalServerError")
     assert err.body["message"].startswith("internal error")
 
-    assert wait_until(lambda: idle(gateway, sim)), "a slot or a queue entry was left behind"
+    wait_for(lambda: idle(gateway, sim), describe=lambda: held(gateway, sim))
     after = counts(gateway)
     assert after["total"] == before["total"] + 1, "counted other than once"
     assert after["internal_error"] == before["internal_error"] + 1
@@ -90,7 +90,7 @@ def test_a_begun_stream_ends_with_an_error_event_then_done(
     error = json.loads(lines[-2].removeprefix("data: "))["error"]
     assert (error["code"], error["type"]) == (500, "InternalServerError")
     assert error["message"].startswith("internal error")
-    assert wait_until(lambda: idle(gateway, sim))
+    wait_for(lambda: idle(gateway, sim), describe=lambda: held(gateway, sim))
 
 
 def test_min_tokens_beyond_any_engine_is_refused_and_harms_nothing(

@@ -8,7 +8,6 @@ import json
 import logging
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,12 @@ from fake_vllm import MODEL, FakeVllm
 from harness import (
     gateway_process,
     metric_value,
-    wait_until,
+    scrape,
+    wait_for,
     write_profile,
 )
 from saber.config import DEFAULT_GATEWAY_CONFIG
-from saber.gateway import load_settings, start_in_thread
+from saber.gateway import RunningGateway, load_settings, start_in_thread
 from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.sim.http import RunningSim
 from saber.speed import USLModel
@@ -124,11 +124,27 @@ def test_a_change_of_the_files_is_noticed(tmp_path: Path) -> None:
     )
     settings = load_settings(config, env={}, overrides={"backend.model": MODEL})
     with start_in_thread(settings, transport=fake.transport()) as gw:
-        time.sleep(0.3)
+        # A change is one from the stamps the watcher takes first: write after it took them.
+        wait_for(lambda: watching(gw), describe="the file watcher's first stamps")
         write_config(config, profile, "http://x.invalid", reload_interval_s=0.1, queue_cap=3)
-        assert wait_until(lambda: gw.gateway.scheduler.policy.queue_cap == 3, timeout=5)
+        wait_for(
+            lambda: gw.gateway.scheduler.policy.queue_cap,
+            lambda cap: cap == 3,
+            describe="queue_cap 3",
+        )
         write_profile(profile, SLOW)
-        assert wait_until(lambda: gw.gateway.scheduler.max_speed == pytest.approx(300.0))
+        wait_for(
+            lambda: gw.gateway.scheduler.max_speed,
+            lambda speed: speed == pytest.approx(300.0),
+            describe="the new profile's f(1), 300",
+        )
+
+
+def watching(gw: RunningGateway) -> bool:
+    """Whether the gateway's file watcher has taken its first stamps of the files: its
+    task is past its first line, waiting for its interval."""
+    task = gw.gateway.reloader._watch
+    return task is not None and task.get_coro().cr_await is not None  # type: ignore[union-attr]
 
 
 def test_reload_under_load_drops_nothing(
@@ -168,7 +184,7 @@ def test_reload_under_load_drops_nothing(
     try:
         for t in threads:
             t.start()
-        time.sleep(2.0)
+        wait_for(lambda: len(results), lambda n: n >= 50, describe="50 answers before the reload")
         before = len(results)
         write_profile(profile, SLOW)
         write_config(
@@ -178,24 +194,35 @@ def test_reload_under_load_drops_nothing(
         )  # fmt: skip
         gateway.send_signal(signal.SIGHUP)
         status = gateway.base_url + "/saber/status"
-        assert wait_until(lambda: httpx.get(status).json()["tasks"]["code_qna"]["sla_s"] == 2.5)
+        wait_for(
+            lambda: httpx.get(status).json()["tasks"]["code_qna"]["sla_s"],
+            lambda sla: sla == 2.5,
+            describe="code_qna's new SLA, 2.5 s",
+        )
         now = httpx.get(status).json()
         assert now["profile"]["params"]["lam"] == pytest.approx(300.0)
         reloaded.set()
-        time.sleep(2.0)
+        # More than 50 answers after it, the new alias among them, once reloaded.
+        wait_for(
+            lambda: list(results[before:]),
+            lambda after: len(after) > 50 and ("quick", "code_qna") in {r[1:] for r in after},
+            describe="50 answers since the reload, one through the new alias",
+        )
         config.write_text("tasks: {broken: {}}\n")
         gateway.send_signal(signal.SIGHUP)
-        time.sleep(1.5)
+        wait_for(
+            lambda: scrape(gateway.base_url, "saber_config_reloads_total", result="refused"),
+            lambda refused: refused == 1,
+            describe="the bad file refused",
+        )
     finally:
         stop.set()
         for t in threads:
             t.join(30)
     try:
-        assert len(results) > before + 50
+        assert not any(t.is_alive() for t in threads), "a client still waits"
         failed = [r for r in results if r[0] != 200]
         assert not failed, failed[:5]
-        quick = [task for status_, model, task in results if model == "quick"]
-        assert "code_qna" in quick  # the new alias, once reloaded
         assert (
             httpx.get(gateway.base_url + "/saber/status").json()["tasks"]["code_qna"]["sla_s"]
             == 2.5

@@ -10,7 +10,7 @@ import pytest
 from gateway_support import GatewayFactory, sim_running
 from openai import OpenAI
 
-from harness import metric_value, wait_until
+from harness import metric_value, wait_for
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
 
@@ -158,4 +158,8 @@ def test_httpx_transport_serves_and_aborts(
     with httpx.stream("POST", gw.url + "/v1/completions", json={**body, "stream": True}) as r:
         lines = r.iter_lines()
         assert next(lines).startswith("data: ")
-    assert wait_until(lambda: sim_running(sim) == 0 and gw.gateway.scheduler.load == 0)
+    wait_for(
+        lambda: (sim_running(sim), gw.gateway.scheduler.load),
+        lambda held: held == (0, 0),
+        describe="saber-sim and the scheduler idle (running there, load here)",
+    )

@@ -14,7 +14,7 @@ import pytest
 from fake_vllm import FakeVllm
 from gateway_support import GatewayFactory, requests_total, start_fake
 
-from harness import wait_until
+from harness import wait_for
 from saber.gateway import RunningGateway
 from saber.gateway.access_log import REQUEST_LOGGER
 
@@ -44,18 +44,24 @@ def test_a_hang_up_during_the_upload_is_counted_and_logged(
     line, and with the task type its header named."""
     fake = FakeVllm()
     gw = start_fake(gateway_factory, fake, trace=True, log_requests=True)
+    drain = gw.gateway.drain
     with caplog.at_level(logging.INFO, logger=REQUEST_LOGGER):
-        for task in (None, "code_qna"):
+        for logged, task in enumerate((None, "code_qna"), start=1):
             with connect(gw) as s:
                 s.sendall(head(1000, task) + b'{"prompt": "')
-                time.sleep(0.1)
-            assert wait_until(lambda n=1 + (task is not None): len(lines(caplog)) >= n)
+                # Hang up once the gateway holds the request, waiting for the rest.
+                wait_for(lambda: drain.active, lambda n: n == 1, describe="the request held")
+            wait_for(
+                lambda: lines(caplog),
+                lambda seen, n=logged: len(seen) == n,
+                describe=f"{logged} request log line(s)",
+            )
+            wait_for(lambda: drain.active, lambda n: n == 0, describe="the request let go")
     assert requests_total(gw, "cancelled_upload") == 2 == requests_total(gw)
     logged = lines(caplog)
     assert [(x["outcome"], x["status"]) for x in logged] == [("cancelled_upload", 499)] * 2
     assert [x["task"] for x in logged] == ["unknown", "code_qna"]
     assert fake.posts == [] and not gw.gateway.admission.trace
-    assert gw.gateway.drain.active == 0
 
 
 def test_a_body_too_slow_is_408(gateway_factory: GatewayFactory) -> None:

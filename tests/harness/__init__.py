@@ -25,7 +25,7 @@ from harness._llamacpp import ensure_llama_server, start_llamacpp
 from harness._loop import LoopReport, real_loop
 from harness._metrics import metric_value, scrape
 from harness._process import EngineProcess, EngineStartError, free_port
-from harness._serve import serve_app, wait_until
+from harness._serve import held_request, serve_app, wait_for, wait_until
 from harness._vllm import ensure_hf_model, ensure_vllm_env, start_vllm
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "ensure_vllm_env",
     "free_port",
     "gateway_process",
+    "held_request",
     "metric_value",
     "real_loop",
     "scrape",
@@ -48,6 +49,7 @@ __all__ = [
     "start_gateway",
     "start_llamacpp",
     "start_vllm",
+    "wait_for",
     "wait_until",
     "write_profile",
 ]

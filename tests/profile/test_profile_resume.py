@@ -6,12 +6,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from profile_support import run_cli
 
+from harness import wait_for
 from saber.profile import points_path, read_points
 from saber.sim.http import serve_in_thread
 from saber.speed import load_profile
@@ -41,10 +41,13 @@ def test_interrupt_then_resume(
             text=True,
         )
         try:
-            deadline = time.monotonic() + 60
-            while levels_ended(store) < 2 and proc.poll() is None:
-                assert time.monotonic() < deadline, "two levels took too long"
-                time.sleep(0.05)
+            wait_for(
+                lambda: (levels_ended(store), proc.poll()),
+                lambda seen: seen[0] >= 2 or seen[1] is not None,
+                timeout=60,
+                step=0.05,
+                describe="two levels measured, or the run ended (levels ended, exit code)",
+            )
             proc.send_signal(signal.SIGINT)
             stdout, stderr = proc.communicate(timeout=30)
         finally:
@@ -69,12 +72,23 @@ def test_interrupt_then_resume(
     assert code == 0, err
     assert "resuming" in err
     after = read_points(store)
-    assert [after.measured(level) for level in (1, 2, 4, 8)] == [20, 20, 20, 20]
-    assert [p for p in after.points if p.level in (4, 8)] == kept  # not measured again
+    profile = load_profile(out)
+    assert profile.profiling is not None
+    # 20 points a level. A level whose rounds disagree is visited again (timing on a busy
+    # machine: seen once in three under load, at any level), and keeps more; only those.
+    again = set(profile.profiling.remeasured_levels)
+    measured = {level: after.measured(level) for level in (1, 2, 4, 8)}
+    assert all(n == 20 or (n > 20 and level in again) for level, n in measured.items()), (
+        measured,
+        again,
+    )
+    # What was measured before is kept, and not measured again: first, as it was.
+    assert [p for p in after.points if p.level in (4, 8)][: len(kept)] == kept
+    assert all(p.round >= 2 for p in after.points[len(before.points) :] if p.level in (4, 8))
     lines = store.read_text().splitlines()
     assert sum(json.loads(line)["type"] == "run" for line in lines) == 1
-    profile = load_profile(out)
-    assert profile.points.count == 80 and "partial run" not in (profile.notes or "")
+    assert profile.points.count == sum(measured.values())
+    assert "partial run" not in (profile.notes or "")
 
 
 def test_resume_refuses_other_settings(

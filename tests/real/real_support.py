@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from harness import EngineGateway, EngineProcess, scrape, wait_until
+from harness import EngineGateway, EngineProcess, scrape, wait_for
 from saber.config import load_gateway_config
 from saber.gateway import settings_from_config, start_in_thread
 from saber.speed import load_profile
@@ -37,17 +39,48 @@ def client_for(base_url: str) -> OpenAI:
     )
 
 
-def settles_to(base_url: str, name: str, value: float, timeout: float) -> bool:
-    """Whether the metric ``name`` at ``base_url`` reads ``value`` within ``timeout``; a
-    read that fails or is slow (a busy engine answers /metrics late) counts as not yet."""
+def settle(
+    base_url: str, name: str, value: float, timeout: float, why: str | Callable[[], object] = ""
+) -> None:
+    """Wait until the metric ``name`` at ``base_url`` reads ``value``; past ``timeout``,
+    AssertionError with the last value read (and ``why``: text, or a callable read then).
+    A read that fails or is slow (a busy engine answers /metrics late) counts as not yet."""
 
-    def reads_value() -> bool:
-        try:
-            return scrape(base_url, name, timeout=max(1.0, min(timeout, 5.0))) == value
-        except httpx.HTTPError:
-            return False
+    def describe() -> str:
+        reason = why() if callable(why) else why
+        return f"{name} at {base_url} to read {value:g}" + (f" ({reason})" if reason else "")
 
-    return wait_until(reads_value, timeout, step=0.05)
+    wait_for(
+        lambda: scrape(base_url, name, timeout=max(1.0, min(timeout, 5.0))),
+        lambda read: read == value,
+        timeout=timeout,
+        step=0.05,
+        describe=describe,
+        retry_on=(httpx.HTTPError,),
+    )
+
+
+def stream_started(reader: StreamReader, timeout: float) -> None:
+    """Wait until ``reader`` has read three SSE events; past ``timeout``, AssertionError
+    with the count and the reader's error, if any."""
+    wait_for(
+        lambda: reader.events,
+        lambda events: events >= 3,
+        timeout=timeout,
+        describe=lambda: f"three SSE events of the stream (reader's error: {reader.error!r})",
+    )
+
+
+def all_done(futures: Sequence[Future[Any]], timeout: float, what: str) -> None:
+    """Wait until every future is done; past ``timeout``, AssertionError naming ``what``
+    hung and what each future came to."""
+    _, pending = concurrent.futures.wait(futures, timeout=timeout)
+    assert not pending, f"{what} after {timeout:g} s: {outcomes(futures)}"
+
+
+def outcomes(futures: Sequence[Future[Any]]) -> list[object]:
+    """What each future came to so far: its exception, its result, or "running"."""
+    return ["running" if not f.done() else f.exception() or f.result() for f in futures]
 
 
 def backend_status(gw: EngineGateway) -> dict[str, Any]:

@@ -6,7 +6,8 @@ clients goes through it. Then the engine is stopped and started again on the sam
 with a model twice as deep: the same name, about half the speed. The same traffic goes
 on. The gateway must swap its curve (counted, and logged with both curves), and then
 predict the speed that requests get within 10% (the median of observed over predicted
-speed, over the requests admitted after the swap).
+speed, over at least half a cycle of requests finished since its last swap: a second
+swap may follow the first as the refit window fills with the slower engine's requests).
 
 Why a deeper model and not fewer threads: the engine runs one thread (see
 ``harness.start_llamacpp``), and on these 2 cores two threads are slower than one, not
@@ -35,6 +36,8 @@ pytestmark = pytest.mark.llamacpp
 CLIENTS = (1, 2, 4, 8)  # one closed loop each, in turn: four distinct loads for the fit
 PER_CLIENT = 6  # requests each client sends at each level: 90 per cycle
 CYCLE = PER_CLIENT * sum(CLIENTS)
+MAX_CYCLES = 4  # the bound on each wait after the restart (a cycle takes about 20 s)
+SETTLING = ("swaps", "observed_since_swap", "observed_over_predicted")
 TOKENS = 96
 # A refit on the last cycle, considered every second once a third of a cycle is new.
 REFIT = {
@@ -104,12 +107,29 @@ def test_the_curve_follows_an_engine_restarted_slower(
         engine.stop()
         engine = start_llamacpp(parallel=8, ctx=8192, layers=2 * LAYERS, port=engine.port)
         cycles = 0
-        while swaps(gateway) == swaps_before and cycles < 3:  # bounded: three cycles
+        while swaps(gateway) == swaps_before and cycles < MAX_CYCLES:
             cycle(gateway)
             cycles += 1
         swapped = learning(gateway)
-        cycle(gateway)  # served on the new curve from its first request
-        after = learning(gateway)
+        if swapped["swaps"] == swaps_before:
+            raise AssertionError(
+                f"the gateway kept the old curve for {MAX_CYCLES} cycles after the restart: "
+                f"before it {before}, now {swapped}"
+            )
+        # Then serve a cycle on the new curve, and more until the curve in use has been
+        # judged on half a cycle of requests: a refit may swap again as the window fills
+        # with the slower engine's requests, which starts that count again.
+        after, settling = swapped, []
+        while not settling or after["observed_since_swap"] < CYCLE // 2:
+            if len(settling) == MAX_CYCLES:
+                raise AssertionError(
+                    f"after {MAX_CYCLES} cycles past the first swap, fewer than {CYCLE // 2} "
+                    f"requests since the last swap; after each cycle: {settling}; "
+                    f"before the restart: {before}"
+                )
+            cycle(gateway)
+            after = learning(gateway)
+            settling.append({k: after[k] for k in SETTLING})
         log = gateway.process.log_path.read_text()
     finally:
         if gateway is not None:
@@ -129,15 +149,16 @@ def test_the_curve_follows_an_engine_restarted_slower(
                 f"  departure {line['departure']}, f(1) {line['f1_old']} -> {line['f1_new']}, "
                 f"{line['kind']} {line['new_params']}"
             )
+        print(f"then {len(settling)} cycle(s) until {CYCLE // 2} requests since the last swap:")
+        for figures in settling:
+            print(f"  {figures}")
         print(
-            f"after the swap ({after['observed_since_swap']} requests): observed/profile "
-            f"{after['observed_over_profile']}, observed/predicted "
-            f"{after['observed_over_predicted']}"
+            f"after the last swap ({after['observed_since_swap']} requests): observed/profile "
+            f"{after['observed_over_profile']} (must be < 0.8), observed/predicted "
+            f"{after['observed_over_predicted']} (must be within 0.10 of 1)"
         )
-    assert swapped["swaps"] > swaps_before, "the gateway kept the old curve"
     assert restarted and restarted[0]["f1_new"] < 0.8 * restarted[0]["f1_old"]
     # The profile no longer describes the engine, and the gateway knows it ...
     assert after["observed_over_profile"] < 0.8
     # ... while what it predicts for each request is again within 10%.
-    assert after["observed_since_swap"] >= CYCLE // 2
     assert abs(after["observed_over_predicted"] - 1.0) < 0.10

@@ -21,14 +21,16 @@ from real_support import (
     MIRROR_S,
     PROMPT,
     StreamReader,
+    all_done,
     backend_status,
     check_chat,
     check_completions,
     check_ignore_eos_lengths,
     client_for,
     direct_prompt_tokens,
-    settles_to,
-    wait_until,
+    outcomes,
+    settle,
+    stream_started,
 )
 
 from harness import EngineGateway, scrape
@@ -144,23 +146,23 @@ def test_stream_without_usage_is_as_the_engine_sends_it(
 def test_disconnect_frees_the_slot(llamacpp_gateway: EngineGateway) -> None:
     engine = llamacpp_gateway.engine
     client = client_for(llamacpp_gateway.api_url)
-    assert settles_to(engine.base_url, PROCESSING, 0, timeout=10.0)
+    settle(engine.base_url, PROCESSING, 0, timeout=10.0)
     cancelled = scrape(llamacpp_gateway.url, OUTCOMES, outcome="cancelled_running")
     with StreamReader(
         lambda: client.completions.with_streaming_response.create(
             model=engine.model, prompt=PROMPT, max_tokens=LONG, stream=True, extra_body=IGNORE_EOS
         )
     ) as reader:
-        assert wait_until(lambda: reader.events >= 3, 30.0)
-        assert settles_to(engine.base_url, PROCESSING, 1, timeout=20.0)
-        assert settles_to(llamacpp_gateway.url, IN_FLIGHT, 1, timeout=20.0)
-        assert settles_to(llamacpp_gateway.url, BACKEND_RUNNING, 1, timeout=MIRROR_S)
+        stream_started(reader, 30.0)
+        settle(engine.base_url, PROCESSING, 1, timeout=20.0)
+        settle(llamacpp_gateway.url, IN_FLIGHT, 1, timeout=20.0)
+        settle(llamacpp_gateway.url, BACKEND_RUNNING, 1, timeout=MIRROR_S)
     # Closed: the client went away, thousands of tokens early.
     assert reader.error is None and not reader.finished
-    assert settles_to(engine.base_url, PROCESSING, 0, timeout=2.0), "llama.cpp kept the slot"
-    assert settles_to(llamacpp_gateway.url, IN_FLIGHT, 0, timeout=2.0)
+    settle(engine.base_url, PROCESSING, 0, timeout=2.0, why="llama.cpp kept the slot")
+    settle(llamacpp_gateway.url, IN_FLIGHT, 0, timeout=2.0)
     assert scrape(llamacpp_gateway.url, OUTCOMES, outcome="cancelled_running") == cancelled + 1
-    assert settles_to(llamacpp_gateway.url, BACKEND_RUNNING, 0, timeout=MIRROR_S)
+    settle(llamacpp_gateway.url, BACKEND_RUNNING, 0, timeout=MIRROR_S)
 
 
 def _long_stream(gw: EngineGateway) -> None:
@@ -187,11 +189,10 @@ def test_engine_killed_mid_request_then_restarted(llamacpp_gateway: EngineGatewa
     pool = concurrent.futures.ThreadPoolExecutor(len(calls))
     try:
         futures = [pool.submit(call, llamacpp_gateway) for call in calls]
-        assert settles_to(llamacpp_gateway.url, IN_FLIGHT, len(calls), timeout=60.0)
-        assert settles_to(engine.base_url, PROCESSING, len(calls), timeout=60.0)
+        for url, name in ((llamacpp_gateway.url, IN_FLIGHT), (engine.base_url, PROCESSING)):
+            settle(url, name, len(calls), timeout=60.0, why=lambda: outcomes(futures))
         engine.stop(grace_s=0)
-        _, pending = concurrent.futures.wait(futures, timeout=30.0)
-        assert not pending, "a client hung after llama-server went away"
+        all_done(futures, 30.0, "a client hung after llama-server went away")
         for future in futures[:2]:
             error = future.exception()
             assert isinstance(error, openai.APIError), error
@@ -200,7 +201,7 @@ def test_engine_killed_mid_request_then_restarted(llamacpp_gateway: EngineGatewa
             error = future.exception()
             assert isinstance(error, openai.APIStatusError), error
             assert error.status_code in (502, 503)
-        assert settles_to(llamacpp_gateway.url, IN_FLIGHT, 0, timeout=2.0)
+        settle(llamacpp_gateway.url, IN_FLIGHT, 0, timeout=2.0)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         if not engine.running:

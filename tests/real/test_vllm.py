@@ -20,14 +20,16 @@ from real_support import (
     MIRROR_S,
     PROMPT,
     StreamReader,
+    all_done,
     backend_status,
     check_chat,
     check_completions,
     check_ignore_eos_lengths,
     client_for,
     direct_prompt_tokens,
-    settles_to,
-    wait_until,
+    outcomes,
+    settle,
+    stream_started,
 )
 
 from harness import EngineGateway, scrape
@@ -147,7 +149,7 @@ def test_unknown_model_is_vllms_404(vllm_gateway: EngineGateway) -> None:
 def test_disconnect_aborts_the_request_upstream(vllm_gateway: EngineGateway) -> None:
     engine = vllm_gateway.engine
     client = client_for(vllm_gateway.api_url)
-    assert settles_to(engine.base_url, RUNNING, 0, timeout=10.0)
+    settle(engine.base_url, RUNNING, 0, timeout=10.0)
     generated = scrape(engine.base_url, GENERATED)
     cancelled = scrape(vllm_gateway.url, OUTCOMES, outcome="cancelled_running")
     with StreamReader(
@@ -159,19 +161,19 @@ def test_disconnect_aborts_the_request_upstream(vllm_gateway: EngineGateway) -> 
             extra_body=LONG_BODY,
         )
     ) as reader:
-        assert wait_until(lambda: reader.events >= 3, 30.0)
-        assert settles_to(vllm_gateway.url, IN_FLIGHT, 1, timeout=20.0)
+        stream_started(reader, 30.0)
+        settle(vllm_gateway.url, IN_FLIGHT, 1, timeout=20.0)
         # vLLM refreshes its gauges as its engine steps report, a moment behind.
-        assert settles_to(engine.base_url, RUNNING, 1, timeout=20.0)
+        settle(engine.base_url, RUNNING, 1, timeout=20.0)
         # The gateway mirrors vLLM's own count (read from its /metrics every second).
-        assert settles_to(vllm_gateway.url, BACKEND_RUNNING, 1, timeout=MIRROR_S)
+        settle(vllm_gateway.url, BACKEND_RUNNING, 1, timeout=MIRROR_S)
     # Closed: the client went away, thousands of tokens early.
     assert reader.error is None and not reader.finished
-    assert settles_to(engine.base_url, RUNNING, 0, timeout=2.0), "vLLM kept generating"
+    settle(engine.base_url, RUNNING, 0, timeout=2.0, why="vLLM kept generating")
     assert scrape(engine.base_url, GENERATED) - generated < LONG, "vLLM ran it to the end"
-    assert settles_to(vllm_gateway.url, IN_FLIGHT, 0, timeout=2.0)
+    settle(vllm_gateway.url, IN_FLIGHT, 0, timeout=2.0)
     assert scrape(vllm_gateway.url, OUTCOMES, outcome="cancelled_running") == cancelled + 1
-    assert settles_to(vllm_gateway.url, BACKEND_RUNNING, 0, timeout=MIRROR_S)
+    settle(vllm_gateway.url, BACKEND_RUNNING, 0, timeout=MIRROR_S)
 
 
 def _long_chat_stream(gw: EngineGateway, streaming: threading.Event) -> str | None:
@@ -215,13 +217,11 @@ def _stop_under_load(
         started = [threading.Event() for _ in LONG_CALLS]
         futures = [pool.submit(call, gw, s) for call, s in zip(LONG_CALLS, started, strict=True)]
         # Generous: a busy 2-core machine can take tens of seconds to get four going.
-        assert all(s.wait(60.0) for s in started)
-        running = settles_to(gw.url, IN_FLIGHT, len(LONG_CALLS), timeout=60.0)
-        assert running, [f.exception() or f.result() if f.done() else "running" for f in futures]
+        assert all(s.wait(60.0) for s in started), outcomes(futures)
+        settle(gw.url, IN_FLIGHT, len(LONG_CALLS), timeout=60.0, why=lambda: outcomes(futures))
         engine.stop(grace_s=grace_s)
-        _, pending = concurrent.futures.wait(futures, timeout=30.0)
-        assert not pending, "a client hung after vLLM went away"
-        assert settles_to(gw.url, IN_FLIGHT, 0, timeout=2.0)
+        all_done(futures, 30.0, "a client hung after vLLM went away")
+        settle(gw.url, IN_FLIGHT, 0, timeout=2.0)
         return futures
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

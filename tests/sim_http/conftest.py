@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
-from harness import wait_until
+from harness import wait_for
 from saber.sim.http import RunningSim, serve_in_thread
 
 # Fast enough to keep tests short; these tests check the wire, not timing (the
@@ -42,10 +44,7 @@ def metric(url: str, name: str, **labels: str) -> float:
 
 
 @pytest.fixture(name="wait_for")
-def wait_for_fixture() -> Callable[..., bool]:
-    """``wait_for(predicate, timeout=5.0, every=0.002)``: poll until true."""
-    return wait_for
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, every: float = 0.002) -> bool:
-    return wait_until(predicate, timeout, step=every)
+def wait_for_fixture() -> Callable[..., Any]:
+    """``harness.wait_for``, polling every 2 ms: returns the value awaited, or fails
+    with the last one seen."""
+    return functools.partial(wait_for, step=0.002)

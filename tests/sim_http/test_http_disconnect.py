@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
+from harness import held_request
 from saber.sim.http import RunningSim, serve_in_thread
 
-Wait = Callable[..., bool]
+Wait = Callable[..., Any]
 
 LONG = {"prompt": "a b c", "max_tokens": 2000, "ignore_eos": True}
 STREAM = {**LONG, "stream": True}
@@ -68,7 +70,7 @@ def test_stream_disconnect_frees_the_slot_within_one_step(
         assert scrape(slow_sim.url, "vllm:kv_cache_usage_perc", **labels) > 0
         steps = engine.total_steps
     # Leaving the block closes the connection with the body unread.
-    assert wait_for(lambda: engine.num_running == 0, timeout=5, every=0.0005)
+    wait_for(lambda: engine.num_running, lambda n: n == 0, step=0.0005, describe="none running")
     assert engine.total_steps - steps <= 1
     assert scrape(slow_sim.url, "vllm:num_requests_running", **labels) == 0
     assert scrape(slow_sim.url, "vllm:kv_cache_usage_perc", **labels) == 0
@@ -76,9 +78,9 @@ def test_stream_disconnect_frees_the_slot_within_one_step(
 
 def test_non_streaming_disconnect_aborts(slow_sim: RunningSim, wait_for: Wait) -> None:
     engine = slow_sim.state.engine
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{slow_sim.api_url}/completions", json=LONG, timeout=0.3)
-    assert wait_for(lambda: engine.num_running == 0, timeout=5)
+    with held_request(f"{slow_sim.api_url}/completions", LONG):
+        wait_for(lambda: engine.num_running, lambda n: n == 1, describe="it running")
+    wait_for(lambda: engine.num_running, lambda n: n == 0, describe="none running")
     assert engine.kv_usage == 0
 
 
@@ -93,20 +95,17 @@ def test_past_max_num_seqs_requests_wait_and_can_leave_the_queue(
         s.start()
     for s in running:
         assert s.got_token.wait(10)
-
-    def impatient() -> None:
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(url, json=LONG, timeout=1.0)
-
-    queued = threading.Thread(target=impatient)
-    queued.start()
-    assert wait_for(lambda: engine.num_waiting == 1, timeout=5)
-    assert scrape(slow_sim.url, "vllm:num_requests_running", **labels) == 2
-    assert scrape(slow_sim.url, "vllm:num_requests_waiting", **labels) == 1
-    queued.join(timeout=10)  # it gave up while still queued
-    assert wait_for(lambda: engine.num_waiting == 0, timeout=5)
+    with held_request(url, LONG):  # a third client, that gives up while still queued
+        wait_for(lambda: engine.num_waiting, lambda n: n == 1, describe="one waiting")
+        assert scrape(slow_sim.url, "vllm:num_requests_running", **labels) == 2
+        assert scrape(slow_sim.url, "vllm:num_requests_waiting", **labels) == 1
+    wait_for(lambda: engine.num_waiting, lambda n: n == 0, describe="none waiting")
     assert engine.num_running == 2
     assert scrape(slow_sim.url, "vllm:num_requests_waiting", **labels) == 0
     for s in running:
         s.stop()
-    assert wait_for(lambda: engine.idle, timeout=5)
+    wait_for(
+        lambda: (engine.num_running, engine.num_waiting),
+        lambda seen: seen == (0, 0) and engine.idle,
+        describe="the engine idle (running, waiting)",
+    )

@@ -77,11 +77,16 @@ async def test_abort_during_a_step_delivers_nothing_more() -> None:
     driver = RealTimeDriver(engine, time_scale=50.0)
     await driver.start()
     got: list[int] = []
-    driver.submit(EngineRequest("a", 10, 10_000), lambda n, f, e: got.append(n))
-    while not got:
-        await asyncio.sleep(0.001)
+    delivering = asyncio.Event()
+
+    def sink(n: int, finished: bool, error: str | None) -> None:
+        got.append(n)
+        delivering.set()
+
+    driver.submit(EngineRequest("a", 10, 10_000), sink)
+    await asyncio.wait_for(delivering.wait(), 5)  # it is running: a step has delivered
     assert driver.abort("a") and engine.idle
     seen = len(got)
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # many steps' time at this scale: none delivers
     assert len(got) == seen
     await driver.stop()

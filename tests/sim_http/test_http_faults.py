@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import openai
@@ -43,7 +43,7 @@ def test_error_rate_is_a_share_and_settable_at_run_time(sim: RunningSim) -> None
     assert httpx.post(f"{sim.url}/sim/faults", json={"nope": 1}).status_code == 400
 
 
-def test_stall_stops_the_stream_after_n_tokens(wait_for: Callable[..., bool]) -> None:
+def test_stall_stops_the_stream_after_n_tokens(wait_for: Callable[..., Any]) -> None:
     faults = FaultSettings(stall_prob=1.0, stall_after=3)
     with serve_in_thread(time_scale=20, faults=faults) as sim:
         frames = []
@@ -60,7 +60,7 @@ def test_stall_stops_the_stream_after_n_tokens(wait_for: Callable[..., bool]) ->
         with pytest.raises(httpx.ReadTimeout):  # a whole response never comes either
             httpx.post(f"{sim.api_url}/completions", json=BODY, timeout=0.5)
         # The engine finished the work; nothing is left running.
-        assert wait_for(lambda: sim.state.engine.idle, timeout=5)
+        wait_for(lambda: sim.state.engine.idle, describe="the engine idle")
 
 
 def _refused(url: str) -> bool:
@@ -71,23 +71,24 @@ def _refused(url: str) -> bool:
     return False
 
 
-def test_refuse_for_at_start_up() -> None:
+def test_refuse_for_at_start_up(wait_for: Callable[..., Any]) -> None:
     with serve_in_thread(time_scale=20, faults=FaultSettings(refuse_for=0.6)) as sim:
-        started = time.monotonic()
         assert _refused(sim.url)
-        while _refused(sim.url):
-            assert time.monotonic() - started < 5
-            time.sleep(0.05)
+        wait_for(lambda: _refused(sim.url), lambda refused: not refused, timeout=5, step=0.05,
+                 describe="saber-sim accepting connections after refuse_for 0.6 s")  # fmt: skip
         assert httpx.post(f"{sim.api_url}/completions", json=BODY).status_code == 200
 
 
-def test_refuse_for_at_run_time_drops_keep_alive_connections(sim: RunningSim) -> None:
+def test_refuse_for_at_run_time_drops_keep_alive_connections(
+    sim: RunningSim, wait_for: Callable[..., Any]
+) -> None:
     with httpx.Client(base_url=sim.url, timeout=2) as client:
         assert client.get("/health").status_code == 200
         state = client.post("/sim/faults", json={"refuse_for": 0.5}).json()
         assert state["refusing_for"] > 0
         with pytest.raises(httpx.ConnectError):  # the pooled connection is gone too
             client.get("/health")
-        time.sleep(0.7)
+        wait_for(lambda: _refused(sim.url), lambda refused: not refused, timeout=5, step=0.05,
+                 describe="saber-sim accepting connections after refuse_for 0.5 s")  # fmt: skip
         assert client.get("/health").status_code == 200
         assert client.get("/sim/faults").json()["refusing_for"] == 0
