@@ -20,7 +20,7 @@ from saber.gateway.tasks import Endpoint
 from saber.scheduler import MAX_TOKENS
 
 MAX_CHOICES = 16
-"""``n`` and ``best_of``: the scheduler counts a request as one sequence, whatever its n."""
+"""``n`` and ``best_of``: each choice is a sequence the scheduler counts (``cost``)."""
 MAX_LOGPROBS = 20
 """vLLM's default ``max_logprobs``."""
 INT64 = 2**63
