@@ -23,7 +23,7 @@ from starlette.requests import Request
 from saber import wire
 from saber.gateway import fields
 from saber.gateway.dialect import VLLM, Dialect
-from saber.gateway.errors import GatewayError, invalid
+from saber.gateway.errors import GatewayError, invalid, quote
 from saber.gateway.tasks import Endpoint
 from saber.scheduler import Outcome
 
@@ -228,7 +228,8 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     if unusual:
         name = next((k for k, v in body.items() if _holds_non_finite(v)), None)
         raise invalid(
-            f"'{name}' holds a number JSON cannot carry ({unusual[0]}): numbers must be finite",
+            f"{quote(name)} holds a number JSON cannot carry ({unusual[0]}): numbers must be "
+            "finite",
             param=name,
         )
     if _SURROGATE_ESCAPE.search(raw):
@@ -237,7 +238,7 @@ def _json_object(raw: bytes) -> dict[str, Any]:
                 json.dumps({key: value}, ensure_ascii=False).encode()
             except UnicodeEncodeError:
                 raise invalid(
-                    f"'{key[:40]}' holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
+                    f"{quote(key)} holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
                     "which is not text",
                     param=key if key.isprintable() and key.isascii() else None,
                 ) from None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from saber.config import GatewayConfig, TaskType
-from saber.gateway.errors import invalid
+from saber.gateway.errors import invalid, quote
 from saber.gateway.fim import is_fim
 
 Via = Literal["header", "alias", "rule", "default"]
@@ -47,7 +47,7 @@ class TaskResolver:
         if task is None:
             known = ", ".join(sorted(self.tasks))
             raise invalid(
-                f"unknown task type {value!r} in X-Saber-Task; known: {known}",
+                f"unknown task type {quote(value)} in X-Saber-Task; known: {known}",
                 param="X-Saber-Task",
                 code="unknown_task",
             )
