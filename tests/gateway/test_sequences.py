@@ -7,21 +7,21 @@ test reads what went upstream)."""
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
 from fake_vllm import MODEL, FakeVllm
-from gateway_support import GatewayFactory, requests_total, sim_running, start_fake
+from gateway_support import GatewayFactory, offered, requests_total, sim_running, start_fake
 
 from harness import metric_value, wait_until
 from saber.gateway import RunningGateway
 from saber.gateway.access_log import REQUEST_LOGGER, JsonFormatter
-from saber.scheduler import SchedRequest
 from saber.sim.http import RunningSim, serve_in_thread
 
 
@@ -46,9 +46,21 @@ def load(gw: RunningGateway) -> tuple[int, int, float, float]:
     return status["load"], status["running_requests"], flight, -1 if backend is None else backend
 
 
-def offered(gw: RunningGateway) -> list[SchedRequest]:
-    trace = gw.gateway.admission.trace or []
-    return [e.arg for e in trace if e.call == "offer" and isinstance(e.arg, SchedRequest)]
+def while_running(
+    gw: RunningGateway, sim: RunningSim, call: Callable[[], Any], seqs: int
+) -> tuple[tuple[Any, ...], Any]:
+    """Run ``call`` in a thread; what ``load`` and saber-sim's running count read once
+    both reached ``seqs``, and ``call``'s answer."""
+    seen: list[tuple[Any, ...]] = []
+
+    def counted() -> bool:
+        seen.append((*load(gw), sim_running(sim)))
+        return seen[-1][0] == seqs and seen[-1][4] == seqs
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(call)
+        assert wait_until(counted, timeout=30), f"(load, requests, gauge, _, sim): {seen[-3:]}"
+        return seen[-1], answer.result(timeout=60)
 
 
 def test_a_list_of_200_prompts_counts_200_while_it_runs(
@@ -56,24 +68,16 @@ def test_a_list_of_200_prompts_counts_200_while_it_runs(
 ) -> None:
     gw = gateway_factory(sim.url)
     prompts = [f"def f{i}(x):" for i in range(200)]
-    seen: list[tuple[Any, ...]] = []
-
-    def counted() -> bool:
-        seen.append((*load(gw), sim_running(sim)))
-        return seen[-1][0] == 200 and seen[-1][4] == 200
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        answer = pool.submit(
-            client(gw).completions.create,
-            model=sim.model,
-            prompt=prompts,
-            max_tokens=200,
-            extra_body={"ignore_eos": True},
-        )
-        assert wait_until(counted, timeout=30), f"(load, requests, gauge, _, sim): {seen[-3:]}"
-        gateway_load, requests, gauge, _, engine = seen[-1]
-        assert (gateway_load, requests, gauge, engine) == (200, 1, 200, 200)
-        done = answer.result(timeout=60)
+    call = functools.partial(
+        client(gw).completions.create,
+        model=sim.model,
+        prompt=prompts,
+        max_tokens=200,
+        extra_body={"ignore_eos": True},
+    )
+    seen, done = while_running(gw, sim, call, 200)
+    gateway_load, requests, gauge, _, engine = seen
+    assert (gateway_load, requests, gauge, engine) == (200, 1, 200, 200)
     assert len(done.choices) == 200
     assert done.usage is not None and done.usage.completion_tokens == 200 * 200
     assert wait_until(lambda: load(gw)[0] == 0, timeout=10), load(gw)
@@ -109,24 +113,17 @@ def test_one_request_never_takes_the_engine_past_max_concurrency(
 
 def test_n_counts_each_choice(gateway_factory: GatewayFactory, sim: RunningSim) -> None:
     gw = gateway_factory(sim.url)
-    seen: list[tuple[Any, ...]] = []
-
-    def counted() -> bool:
-        seen.append((*load(gw), sim_running(sim)))
-        return seen[-1][0] == 3 and seen[-1][4] == 3
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        answer = pool.submit(
-            client(gw).chat.completions.create,
-            model=sim.model,
-            messages=[{"role": "user", "content": "write a parser"}],
-            n=3,
-            max_tokens=600,
-            extra_body={"ignore_eos": True},
-        )
-        assert wait_until(counted, timeout=20), seen[-3:]
-        assert seen[-1][1:3] == (1, 3)  # one request, three in the gauge
-        assert len(answer.result(timeout=60).choices) == 3
+    call = functools.partial(
+        client(gw).chat.completions.create,
+        model=sim.model,
+        messages=[{"role": "user", "content": "write a parser"}],
+        n=3,
+        max_tokens=600,
+        extra_body={"ignore_eos": True},
+    )
+    seen, done = while_running(gw, sim, call, 3)
+    assert seen[1:3] == (1, 3)  # one request, three in the gauge
+    assert len(done.choices) == 3
 
 
 @pytest.mark.parametrize(
