@@ -202,7 +202,7 @@ def test_backend_4xx_after_a_stream_was_committed(
     """Headers are gone already: the backend's error becomes the stream's last event."""
     gw = gateway_factory(sim.url, max_concurrency=1, queued_comment_interval_s=0.05)
     url = gw.url + "/v1/completions"
-    long = {"model": sim.model, "prompt": "x", "max_tokens": 400, "ignore_eos": True}
+    long = {"model": sim.model, "prompt": "x", "max_tokens": 3000, "ignore_eos": True}
     with httpx.Client(timeout=30) as a, a.stream("POST", url, json={**long, "stream": True}) as r:
         lines = r.iter_lines()
         assert next(lines).startswith("data: ")

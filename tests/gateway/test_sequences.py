@@ -96,7 +96,8 @@ def test_one_request_never_takes_the_engine_past_max_concurrency(
         seen.append((gateway_load, int(sim_running(sim))))
         return bool(predicate(gw.gateway.scheduler))
 
-    six = {"prompt": ["a", "b"], "n": 3, "max_tokens": 400, "extra_body": {"ignore_eos": True}}
+    # About 3 s alone at time scale 4: time to see the other wait, on a busy machine too.
+    six = {"prompt": ["a", "b"], "n": 3, "max_tokens": 1500, "extra_body": {"ignore_eos": True}}
     four = {"prompt": "c", "n": 4, "max_tokens": 50, "extra_headers": {"x-saber-task": "code_qna"}}
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         first = pool.submit(api.completions.create, model=sim.model, **six)
