@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import warnings
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -215,3 +218,31 @@ def test_refused_counts_rejected_and_still_waiting():
     ]
     result = SimResult(records, unfinished=[trace[5].id])
     assert summarize(result).refused == pytest.approx(0.3)
+
+
+def test_a_variant_that_serves_nothing_prints_no_numpy_warnings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """saber-bench sim printed numpy's "Mean of empty slice" when a SABER variant served
+    no request of a point: its ratios are then all infinite. Now it shows "-"."""
+    from saber.bench import cli
+
+    real = cli.run_sweep
+
+    def starving(*args: Any, **kwargs: Any) -> list[CellResult]:
+        results = real(*args, **kwargs)
+        for res in results:
+            nothing = RunStats(0.0, np.full_like(res.runs["saber:usl"].ratios, np.inf), {})
+            res.runs["saber:usl"] = nothing
+        return results
+
+    monkeypatch.setattr(cli, "run_sweep", starving)
+    argv = ["sim", "--quick", "--workloads", "W1", "--rps", "5", "--seeds", "1"]
+    argv += ["--requests", "20", "--jobs", "1", "--no-progress", "--out", str(tmp_path)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(argv) == 0
+    out = capsys.readouterr()
+    assert "Warning" not in out.err and "empty slice" not in out.err
+    row = json.loads((tmp_path / "results.json").read_text())[0]
+    assert row["saber_usl_goodput"] == 0 and row["saber_usl_ratio_mean"] is None

@@ -13,6 +13,7 @@ import httpx
 from harness import GENEROUS, metric_value
 from saber.config import load_gateway_config
 from saber.gateway import GatewaySettings, RunningGateway, settings_from_config
+from saber.scheduler import SchedRequest
 from saber.sim.http import RunningSim
 
 # saber-sim's paper preset does about 63 tokens/s for one request at time scale 1.
@@ -71,6 +72,12 @@ def call_in_loop(gw: RunningGateway, fn: Callable[[], Any]) -> Any:
     loop.call_soon_threadsafe(run)
     assert isinstance(loop, asyncio.AbstractEventLoop)
     return fut.result(timeout=5)
+
+
+def offered(gw: RunningGateway) -> list[SchedRequest]:
+    """The scheduler requests offered so far (a gateway started with ``trace=True``)."""
+    trace = gw.gateway.admission.trace or []
+    return [e.arg for e in trace if e.call == "offer" and isinstance(e.arg, SchedRequest)]
 
 
 def start_fake(factory: GatewayFactory, fake: Any, **overrides: Any) -> RunningGateway:

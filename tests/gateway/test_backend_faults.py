@@ -14,6 +14,7 @@ from gateway_support import GatewayFactory, sim_running
 
 from harness import metric_value, wait_for
 from saber.gateway import RunningGateway
+from saber.gateway.upstream import classify
 from saber.sim.http import RunningSim, serve_in_thread
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
@@ -71,19 +72,39 @@ def test_backend_down_answers_503_fast_then_recovers(
     assert gw.gateway.scheduler.load == 0
 
 
-def test_nothing_listening_is_503_fast(gateway_factory: GatewayFactory) -> None:
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_nothing_listening_is_503_fast(gateway_factory: GatewayFactory, transport: str) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again when the block ends
-    gw = gateway_factory(f"http://127.0.0.1:{port}")
+    gw = gateway_factory(f"http://127.0.0.1:{port}", **{"backend.transport": transport})
     started = time.monotonic()
     resp = httpx.post(gw.url + "/v1/completions", json={"model": "m", "prompt": "x"})
     assert resp.status_code == 503 and time.monotonic() - started < 0.5
-    assert resp.json()["error"]["type"] == "server_error"
+    err = resp.json()["error"]
+    assert err["type"] == "server_error"
+    # Not httpx-aiohttp's "ConnectTimeout", nor httpx's "All connection attempts failed".
+    assert err["message"] == "the backend is unreachable (connection refused)"
+    health = httpx.get(gw.url + "/health").json()
+    assert health["backend"]["error"] == "the backend is unreachable (connection refused)"
     assert httpx.get(gw.url + "/v1/models").status_code == 503
     text = httpx.get(gw.url + "/metrics").text
     assert metric_value(text, "saber_backend_errors_total", kind="connect") == 1
     assert metric_value(text, "saber_requests_in_flight") == 0
+
+
+def test_a_connect_timeout_stays_a_timeout() -> None:
+    def silent(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectTimeout("timed out")
+
+    with (
+        httpx.Client(transport=httpx.MockTransport(silent)) as client,
+        pytest.raises(httpx.ConnectTimeout) as info,
+    ):
+        client.get("http://backend/")
+    failure = classify(info.value, streaming=False)
+    assert failure.kind == "connect"
+    assert failure.message == "the backend is unreachable (ConnectTimeout: timed out)"
 
 
 def test_backend_500_becomes_502(gateway_factory: GatewayFactory, faulty: RunningSim) -> None:

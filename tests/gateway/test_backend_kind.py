@@ -9,12 +9,11 @@ from typing import Any
 import httpx
 import pytest
 from fake_llamacpp import BUILD_INFO, ERROR_STREAM, MODEL, USAGE, FakeLlamaCpp, error
-from gateway_support import GatewayFactory
+from gateway_support import GatewayFactory, offered
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import metric_value, wait_for
 from saber.gateway import RunningGateway
-from saber.scheduler import SchedRequest
 
 FAST_SCRAPES = {"backend.metrics_interval_s": 0.1}
 
@@ -30,8 +29,7 @@ def metrics(gw: RunningGateway) -> str:
 
 
 def offered_tokens(gw: RunningGateway) -> list[int]:
-    trace = gw.gateway.admission.trace or []
-    return [e.arg.tokens for e in trace if e.call == "offer" and isinstance(e.arg, SchedRequest)]
+    return [r.tokens for r in offered(gw)]
 
 
 def mirrored(gw: RunningGateway, what: str) -> float:

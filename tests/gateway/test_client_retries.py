@@ -56,8 +56,10 @@ SHORT, LONG = 20, LONG_TOKENS  # what code_qna answers have been
 
 @pytest.fixture(scope="module")
 def slow_sim() -> Iterator[RunningSim]:
-    """saber-sim at real speed: about 130 tokens/s for one request."""
-    with serve_in_thread(time_scale=1.0) as running:
+    """saber-sim at real speed: about 130 tokens/s for one request. Every answer runs to
+    LONG_TOKENS unless capped, so a long one's length is the engine's to know, not the
+    gateway's (with ``ignore_eos`` the gateway would know it exactly)."""
+    with serve_in_thread(time_scale=1.0, output_len=f"fixed:{LONG_TOKENS}") as running:
         yield running
 
 
@@ -119,7 +121,7 @@ def _fill(gw: RunningGateway, sim: RunningSim) -> list[concurrent.futures.Future
     when the long ones end, the three short ones go together and each queue has room."""
     url = gw.url + "/v1/chat/completions"
     messages = [{"role": "user", "content": "x"}]
-    long = {"model": "chat", "messages": messages, "max_tokens": LONG_TOKENS, "ignore_eos": True}
+    long = {"model": "chat", "messages": messages, "max_tokens": LONG_TOKENS}
     pool = concurrent.futures.ThreadPoolExecutor(SLOTS + 3)
     futures = [pool.submit(_streamed, url, {**long, "stream": True}) for _ in range(SLOTS)]
     wait_for(lambda: gw.gateway.scheduler.load, lambda n: n == SLOTS, describe="slots full")

@@ -193,3 +193,17 @@ def test_backend_metrics_interval_setting() -> None:
     for bad in ("-1", "0.01", "often"):
         with pytest.raises(ConfigError, match=r"backend\.metrics_interval_s"):
             load_gateway_config(env={"SABER_BACKEND_METRICS_INTERVAL_S": bad})
+
+
+def test_max_sequences_per_request_setting() -> None:
+    cfg = load_gateway_config(env={})
+    assert cfg.max_sequences_per_request is None and cfg.sequence_limit() == 256
+    env = {"SABER_MAX_SEQUENCES_PER_REQUEST": "32"}
+    assert load_gateway_config(env=env).sequence_limit() == 32
+    both = {"SABER_MAX_CONCURRENCY": "none", "SABER_MAX_SEQUENCES_PER_REQUEST": "none"}
+    assert load_gateway_config(env=both).sequence_limit() is None
+    above = {"SABER_MAX_CONCURRENCY": "8", "SABER_MAX_SEQUENCES_PER_REQUEST": "9"}
+    with pytest.raises(ConfigError) as info:
+        load_gateway_config(env=above)
+    assert "max_sequences_per_request: 9 is above max_concurrency (8)" in str(info.value)
+    assert "SABER_MAX_SEQUENCES_PER_REQUEST" in str(info.value)

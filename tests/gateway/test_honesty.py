@@ -7,19 +7,12 @@ from __future__ import annotations
 import httpx
 import pytest
 from fake_vllm import MODEL, FakeVllm
-from gateway_support import GatewayFactory, start_fake
+from gateway_support import GatewayFactory, offered, start_fake
 
 from harness import metric_value
-from saber.gateway import RunningGateway
-from saber.scheduler import SchedRequest
 from saber.sim.http import RunningSim
 
 SUMMARY = {"x-saber-task": "code_summary"}  # max_tokens 128, expects 30
-
-
-def offered(gw: RunningGateway) -> list[SchedRequest]:
-    trace = gw.gateway.admission.trace or []
-    return [e.arg for e in trace if e.call == "offer" and isinstance(e.arg, SchedRequest)]
 
 
 def test_a_named_task_cannot_ask_for_more_than_its_cap(

@@ -39,7 +39,11 @@ def samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-async def _load(base: str, model: str, n: int, concurrency: int, tokens: int) -> None:
+async def _load(
+    base: str, model: str, n: int, concurrency: int, tokens: int, *, forced: bool = True
+) -> None:
+    """``n`` streams of code_generation, ``concurrency`` at a time, each of ``tokens``
+    (``forced``: ignore_eos) or of at most that many."""
     client = AsyncOpenAI(base_url=base + "/v1", api_key="x", max_retries=0)
     sem = asyncio.Semaphore(concurrency)
 
@@ -50,7 +54,7 @@ async def _load(base: str, model: str, n: int, concurrency: int, tokens: int) ->
                 prompt="x",
                 max_tokens=tokens,
                 stream=True,
-                extra_body={"ignore_eos": True},
+                extra_body={"ignore_eos": forced},
                 extra_headers={"x-saber-task": "code_generation"},
             )
             async for _ in stream:
@@ -99,20 +103,24 @@ def test_learned_lengths_show_in_status_and_metrics_and_set_new_requests_tokens(
 ) -> None:
     gw = gateway_factory(sim.url, log_requests=True)
     caplog.set_level(logging.INFO, logger=REQUEST_LOGGER)
+    # What a request of at most 200 tokens is expected to generate (its log line),
+    # E[min(L, 200)]: from the configured prior (mean 387) at first, then learned from
+    # answers that all ran to 200 (ignore_eos: each was expected to, exactly).
+    asyncio.run(_load(gw.url, sim.model, 1, 1, 200, forced=False))
     asyncio.run(_load(gw.url, sim.model, 30, 6, 200))
     status = httpx.get(gw.url + "/saber/status").json()
     learned = status["tasks"]["code_generation"]["learned_output_tokens"]
-    assert learned["observed"] == 30
-    # Configured 387; every answer was 200: the estimate has moved towards it.
+    assert learned["observed"] == 31
+    # Configured 387; 30 answers were 200: the estimate has moved towards it.
     assert 200 <= learned["mean"] < 387
     m = samples(gw.url)
     mean = m[("saber_expected_output_tokens", (("stat", "mean"), ("task", "code_generation")))]
     assert mean == pytest.approx(learned["mean"], abs=0.1)
-    # What each request was expected to generate (its log line), E[min(L, 200)]: from the
-    # configured prior (mean 387) at first, then learned from answers that all ran to 200.
+    asyncio.run(_load(gw.url, sim.model, 1, 1, 200, forced=False))
     records = [r for r in caplog.records if r.name == REQUEST_LOGGER]
     expected = [r.expected_tokens for r in records]  # type: ignore[attr-defined]
-    assert len(expected) == 30 and expected[0] < expected[-1] <= 200
+    assert len(expected) == 32 and expected[1:-1] == [200] * 30
+    assert expected[0] < expected[-1] <= 200
 
 
 def test_the_state_file_keeps_what_was_learned_across_a_restart(

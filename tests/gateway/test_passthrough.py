@@ -162,7 +162,7 @@ def test_model_cards(gateway_factory: GatewayFactory, stub: tuple[Stub, str]) ->
         assert card.status_code == 200 and card.json() == listed[name]
     missing = httpx.get(gw.url + "/v1/models/org/none")
     assert missing.status_code == 404
-    assert missing.json()["error"]["message"] == "The model `org/none` does not exist."
+    assert missing.json()["error"]["message"] == "The model 'org/none' does not exist."
     model = openai.OpenAI(base_url=gw.url + "/v1", api_key="x").models.retrieve("generate")
     assert (model.id, model.owned_by) == ("generate", "saber-gateway")
 

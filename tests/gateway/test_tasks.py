@@ -59,6 +59,25 @@ def test_rules_then_default(
     assert (res.task.name, res.via, res.model) == (task, via, None)
 
 
+@pytest.mark.parametrize(
+    ("max_tokens", "sequences", "task"),
+    [
+        (16, 1, "code_completion"),
+        (16, 16, "code_completion"),  # 256 tokens in all: still a short completion
+        (16, 17, "code_generation"),
+        (8, 50, "code_generation"),  # 50 short prompts are not one short completion
+        (256, 2, "code_generation"),
+    ],
+)
+def test_the_short_completion_rule_weighs_every_sequence(
+    resolver: TaskResolver, max_tokens: int, sequences: int, task: str
+) -> None:
+    res = resolver.resolve(
+        "completions", header=None, model="m", max_tokens=max_tokens, sequences=sequences
+    )
+    assert res.task.name == task
+
+
 def test_alias_listing(resolver: TaskResolver) -> None:
     names = dict(resolver.alias_names(["m1"]))
     assert names["autocomplete"] == "m1"

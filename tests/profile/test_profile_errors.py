@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,13 @@ def test_one_level_is_measured_but_not_fitted(
         capsys,
     )  # fmt: skip
     assert code == 2
-    assert "cannot fit 3 points at 1 load level(s) [4]: at least 2 are needed" in one_error_line(
-        err
+    # How many points one level yields depends on timing: a round whose speeds disagree
+    # with the one before is measured again (CI saw 4 here, an idle machine 3).
+    found = re.search(
+        r"cannot fit (\d+) points at 1 load level\(s\) \[4\]: at least 2 are needed",
+        one_error_line(err),
     )
+    assert found and int(found[1]) >= 2, err
     assert "points so far are kept in" in err and points_path(out).exists()
     assert not out.exists()
 

@@ -111,7 +111,7 @@ def test_stop_and_min_tokens(sim: RunningSim) -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"prompt": "x", "n": 2}, "n"),
+        ({"prompt": "x", "n": 0}, "n"),
         ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
         ({"prompt": "x", "max_tokens": 5000}, "max_tokens"),
         ({"prompt": " ".join(["w"] * 4096)}, "input_tokens"),

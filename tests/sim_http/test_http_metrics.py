@@ -8,6 +8,7 @@ from collections.abc import Callable
 import httpx
 from starlette.testclient import TestClient
 
+from harness import wait_until
 from saber.sim.http import RunningSim, SimSettings, create_app, serve_in_thread
 
 Scrape = Callable[..., float]
@@ -43,6 +44,24 @@ def test_vllm_names_with_model_name_label(sim: RunningSim, scrape: Scrape) -> No
     ):
         assert scrape(sim.url, gauge, **labels) == 0
     assert scrape(sim.url, "vllm:request_success_total", finished_reason="length") >= 1
+
+
+def test_running_counts_every_choice_of_every_prompt_as_vllm_v1(scrape: Scrape) -> None:
+    # vLLM's V1 engine runs each of n choices as a request of its own (its parallel
+    # sampling fans a request out into n), and each prompt of a list too.
+    with serve_in_thread(time_scale=2) as sim:
+        body = {"prompt": ["a", "b"], "n": 3, "max_tokens": 100, "ignore_eos": True}
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(httpx.post, f"{sim.api_url}/completions", json=body, timeout=30)
+            seen: list[float] = []
+
+            def running() -> bool:
+                seen.append(scrape(sim.url, "vllm:num_requests_running", model_name=sim.model))
+                return seen[-1] > 0
+
+            assert wait_until(running, timeout=10), seen[-5:]
+            assert seen[-1] == 6
+            assert answer.result().status_code == 200
 
 
 def test_each_app_has_its_own_registry() -> None:

@@ -109,5 +109,5 @@ def test_sdk_raises_the_right_errors(client: openai.OpenAI, sim: RunningSim) -> 
         client.completions.create(model="nope", prompt="x", max_tokens=1)
     assert "does not exist" in missing.value.message
     with pytest.raises(openai.BadRequestError) as bad:
-        client.completions.create(model=sim.model, prompt="x", max_tokens=1, n=2)
+        client.completions.create(model=sim.model, prompt="x", max_tokens=1, n=0)
     assert bad.value.body["param"] == "n"

@@ -6,13 +6,15 @@ wire format (``saber.wire``).
 - ``detect_kind`` / ``describe``: vLLM, llama.cpp's llama-server or saber-sim,
   with its version and models (the probe order is in ``_detect``'s docstring);
 - ``fetch_load`` / ``parse_load``: the requests it is running and holding back,
-  from its own ``/metrics``, whoever sent them.
+  from its own ``/metrics``, whoever sent them;
+- ``describe_exc`` / ``refused``: a failed request to it, in words.
 
 Every ``base_url`` is the server's root, without ``/v1``; the ``httpx`` client
 passed in carries the backend's auth header, if it needs one.
 """
 
 from saber.backend._detect import SIM_ENGINE, describe, detect_kind
+from saber.backend._http import describe_exc, refused
 from saber.backend._kind import BackendError, BackendInfo, BackendKind
 from saber.backend._load import LOAD_METRICS, BackendLoad, fetch_load, parse_load
 
@@ -24,7 +26,9 @@ __all__ = [
     "BackendKind",
     "BackendLoad",
     "describe",
+    "describe_exc",
     "detect_kind",
     "fetch_load",
     "parse_load",
+    "refused",
 ]

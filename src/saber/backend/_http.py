@@ -11,8 +11,35 @@ from saber.backend._kind import BackendError
 
 
 def describe_exc(exc: BaseException) -> str:
+    """What went wrong with a request to a backend, in words: ``connection refused``
+    when it was (whatever the client calls it: httpx's ``ConnectError: All connection
+    attempts failed``, httpx-aiohttp's ``ConnectTimeout``), else the error's type and
+    text, named by aiohttp's own error where httpx-aiohttp translated one (it reports
+    any failure to connect, and a server's disconnect, as a ``ConnectTimeout``)."""
+    if refused(exc):
+        return "connection refused"
+    cause = exc.__cause__
+    if cause is not None and type(cause).__module__.startswith("aiohttp"):
+        exc = cause
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def refused(exc: BaseException) -> bool:
+    """The backend refused the connection: a ConnectionRefusedError somewhere in the
+    error's causes (aiohttp keeps it as ``os_error``; anyio in an exception group)."""
+    seen: set[int] = set()
+    stack: list[object] = [exc]
+    while stack:
+        err = stack.pop()
+        if not isinstance(err, BaseException) or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, ConnectionRefusedError):
+            return True
+        stack += [err.__cause__, err.__context__, getattr(err, "os_error", None)]
+        stack += getattr(err, "exceptions", None) or ()
+    return False
 
 
 async def get(client: httpx.AsyncClient, url: str) -> httpx.Response:

@@ -80,7 +80,11 @@ class Row:
 
 
 def _ratio_stats(ratios: np.ndarray) -> tuple[float, float]:
+    """Mean and std of the served requests' ratios; NaN (shown as "-") when a run served
+    none, rather than numpy's "Mean of empty slice" warnings."""
     finite = ratios[np.isfinite(ratios)]
+    if finite.size == 0:
+        return float("nan"), float("nan")
     return float(finite.mean()), float(finite.std())
 
 

@@ -202,7 +202,15 @@ class GatewayConfig(BaseModel):
     demote_below: float | None = Field(default=None, ge=0.0, lt=1.0)
     refuse_below: float | None = Field(default=None, ge=0.0, lt=1.0)
     late_value: float | None = Field(default=None, ge=0.0, lt=1.0)
-    max_concurrency: int | None = Field(default=256, ge=1)
+    max_concurrency: int | None = Field(
+        default=256, ge=1, description="most sequences at the backend (n x prompts of each)"
+    )
+    max_sequences_per_request: int | None = Field(
+        default=None,
+        ge=1,
+        description="most sequences one request may run (n, or best_of, x its prompts); "
+        "past it, 400. Default: max_concurrency",
+    )
     queue_cap: int | None = Field(default=256, ge=0, description="per task type, HPQ + LPQ")
     refit: RefitSettings = Field(default_factory=RefitSettings)
     passthrough: PassthroughSettings = Field(default_factory=PassthroughSettings)
@@ -254,6 +262,12 @@ class GatewayConfig(BaseModel):
                     f"{field}: unknown task type {task!r}; known: {', '.join(sorted(known))}"
                 )
 
+        limit, cap = self.max_sequences_per_request, self.max_concurrency
+        if limit is not None and cap is not None and limit > cap:
+            raise ValueError(
+                f"max_sequences_per_request: {limit} is above max_concurrency ({cap}); one "
+                "request could never run"
+            )
         check("default_task", self.default_task)
         for alias, target in self.aliases.items():
             check(f"aliases.{alias}.task", target.task)
@@ -286,6 +300,13 @@ class GatewayConfig(BaseModel):
             else (k if k.name else k.model_copy(update={"name": f"key{i}"}))
             for i, k in enumerate(self.api_keys, start=1)
         ]
+
+    def sequence_limit(self) -> int | None:
+        """The most sequences one request may run: ``max_sequences_per_request``, else
+        ``max_concurrency`` (None: no limit)."""
+        if self.max_sequences_per_request is not None:
+            return self.max_sequences_per_request
+        return self.max_concurrency
 
     def profile_path(self) -> Path:
         """The profile to load: the configured one, else the shipped default."""

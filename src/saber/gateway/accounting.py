@@ -45,10 +45,10 @@ def account(
         (m.sla_within if sla_met else m.sla_outside).inc()
         admitted = flow.req.admitted_at if flow.req is not None else None
         if admitted is not None and flow.tokens > 0 and end > admitted:
-            m.speed.observe(flow.tokens / (end - admitted))
+            m.speed.observe(flow.tokens / flow.seqs / (end - admitted))
     if flow.tokens:
         m.tokens.inc(flow.tokens)
-    overrun = overran(flow.task, flow.tokens)
+    overrun = overran(flow.task, flow.tokens, flow.seqs)
     if overrun:
         m.overruns.inc()
     if flow.key is not None:
@@ -86,7 +86,9 @@ def _fields(
         "ttft_ms": _ms(ttft),
         "latency_ms": _ms(latency),
         "tokens": flow.tokens,
-        "expected_tokens": req.tokens if req is not None else None,
+        # Each sequence is expected to make req.tokens: the request, that many times.
+        "expected_tokens": req.tokens * req.seqs if req is not None else None,
+        "seqs": req.seqs if req is not None else None,
         "sla_s": flow.task.sla_s if flow.task is not None else None,
         "sla_kind": flow.task.sla_kind if flow.task is not None else None,
         "sla_met": sla_met,

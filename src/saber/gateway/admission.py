@@ -128,11 +128,14 @@ class Admission:
         return future
 
     def progress(self, req: SchedRequest, tokens: int) -> None:
-        """A relay's count of the tokens ``req`` has generated so far, each time it
-        changes (``Flow.progress``): the one door through which a running request's
-        progress reaches the scheduler (``Scheduler.progress``)."""
+        """A relay's count of the tokens ``req`` has generated so far, all its sequences
+        together, each time it changes (``Flow.progress``): the one door through which
+        a running request's progress reaches the scheduler (``Scheduler.progress``),
+        which reads it as one sequence's (against its expected length and cap), so a
+        request of several is reported by the mean of its sequences, rounded up."""
         if req.id in self._requests:
-            self.scheduler.progress(req.id, tokens, self.now())
+            per_seq = -(-tokens // req.seqs)
+            self.scheduler.progress(req.id, per_seq, self.now())
 
     def leave(
         self, req: SchedRequest, *, served: bool, tokens: int | None = None

@@ -1,4 +1,5 @@
-"""The exception that carries an answer the gateway gives by itself to the client."""
+"""The exception that carries an answer the gateway gives by itself to the client, and
+how its message quotes what the client sent (``quote``: never more than 100 characters)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from starlette.responses import Response
 from saber import wire
 from saber.gateway.outcomes import STATUS
 from saber.scheduler import Outcome
+
+QUOTE_LIMIT = 100
+"""The most characters of a client's value that an error message quotes: a 60 KB header
+is not sent back whole."""
 
 
 class GatewayError(Exception):
@@ -30,7 +35,8 @@ class GatewayError(Exception):
         self.message = message
         self.status = status if status is not None else STATUS[outcome]
         self.code = code or outcome.value
-        self.param = param
+        # A field's name, never a client's long text (an unknown key of 60 KB).
+        self.param = param if param is None or len(param) <= QUOTE_LIMIT else None
         self.headers = dict(headers or {})
 
     def body(self) -> dict[str, Any]:
@@ -44,6 +50,20 @@ class GatewayError(Exception):
             headers=headers,
             media_type="application/json",
         )
+
+
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """A value the client sent, as an error message shows it: its ``repr`` (a string in
+    quotes, its unprintable characters escaped), cut after ``limit`` characters with an
+    ellipsis and the value's length."""
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except ValueError:  # an integer past Python's digit limit
+        return "an integer too long to show"
+    if len(text) <= limit:
+        return repr(value) if isinstance(value, str) else text
+    shown = repr(text[:limit]) if isinstance(value, str) else text[:limit]
+    return f"{shown}... ({len(text):,} characters)"
 
 
 def invalid(

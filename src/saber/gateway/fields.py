@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from saber.gateway.errors import invalid
+from saber.gateway.errors import invalid, quote
 from saber.gateway.tasks import Endpoint
 from saber.scheduler import MAX_TOKENS
 
 MAX_CHOICES = 16
-"""``n`` and ``best_of``: the scheduler counts a request as one sequence, whatever its n."""
+"""``n`` and ``best_of``: each choice is a sequence the scheduler counts (``cost``)."""
 MAX_LOGPROBS = 20
 """vLLM's default ``max_logprobs``."""
 INT64 = 2**63
@@ -42,12 +42,12 @@ class Bound:
                 param=name,
             )
         if self.integer and not isinstance(value, int):
-            raise invalid(f"'{name}' must be an integer, got {_show(value)}", param=name)
+            raise invalid(f"'{name}' must be an integer, got {quote(value)}", param=name)
         finite = isinstance(value, int) or math.isfinite(value)  # isfinite(10**400) overflows
         if not finite or not self.low <= value <= self.high:
             raise invalid(
-                f"'{name}' must be within {_show(self.low)}..{_show(self.high)}, "
-                f"got {_show(value)}",
+                f"'{name}' must be within {quote(self.low)}..{quote(self.high)}, "
+                f"got {quote(value)}",
                 param=name,
             )
 
@@ -134,7 +134,7 @@ def _logit_bias(endpoint: Endpoint, value: object) -> None:
     for token, weight in value.items():
         if not token.isdigit() or int(token) > MAX_TOKEN_ID:
             raise invalid(
-                f"'logit_bias' keys must be token ids, got {token[:40]!r}", param="logit_bias"
+                f"'logit_bias' keys must be token ids, got {quote(token)}", param="logit_bias"
             )
         bias.check("logit_bias", weight)
 
@@ -159,11 +159,6 @@ _EXTRA: dict[str, Callable[[Endpoint, Any], None]] = {
     "logit_bias": _logit_bias,
     "prompt": _prompt,
 }
-
-
-def _show(value: float) -> str:
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge integer"
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def kind_of(value: object) -> str:

@@ -56,6 +56,11 @@ class Flow:
     def task_name(self) -> str:
         return self.task.name if self.task is not None else "unknown"
 
+    @property
+    def seqs(self) -> int:
+        """Sequences it runs at the backend (1 until its scheduler request is built)."""
+        return self.req.seqs if self.req is not None else 1
+
     # -- on its way -------------------------------------------------------------------
 
     def offer(self) -> asyncio.Future[Decision]:

@@ -12,8 +12,9 @@ with a 400 naming the field (one without a cap is clamped), ``off`` lets it
 through as before.
 
 Whatever the setting, a request that generates more than its task's ``max_tokens``
-is counted in ``saber_task_overrun_total`` (``n`` > 1, a rule or default that
-picked a task for a longer request, an engine that ignores the cap).
+for each of its sequences (``n`` x prompts) is counted in
+``saber_task_overrun_total`` (a rule or default that picked a task for a longer
+request, an engine that ignores the cap).
 """
 
 from __future__ import annotations
@@ -61,6 +62,6 @@ def enforce(payload: Payload, task: TaskType, cap: int | None, mode: Mode) -> No
         )
 
 
-def overran(task: TaskType | None, tokens: int) -> bool:
-    """It generated more than its task allows."""
-    return task is not None and tokens > task.max_tokens
+def overran(task: TaskType | None, tokens: int, seqs: int = 1) -> bool:
+    """It generated more than its task allows each of its ``seqs`` sequences."""
+    return task is not None and tokens > task.max_tokens * seqs

@@ -84,7 +84,8 @@ class GatewayMetrics:
         r = self.registry
         self.requests = Counter(
             "saber_requests",
-            "Requests by task type and how they left the gateway.",
+            "Requests by task type and how they left the gateway (a request counts once, "
+            "whatever its sequences).",
             ["task", "outcome"],
             registry=r,
         )
@@ -118,7 +119,8 @@ class GatewayMetrics:
         )
         self.admissions = Counter(
             "saber_admissions",
-            "Requests admitted to the backend, by the queue tier they left.",
+            "Requests admitted to the backend, by the queue tier they left (a request counts "
+            "once, whatever its sequences).",
             ["task", "tier"],
             registry=r,
         )
@@ -130,20 +132,22 @@ class GatewayMetrics:
         )
         self.speed = Histogram(
             "saber_request_speed_tokens_per_second",
-            "Observed per-request generation speed: tokens / time since admission.",
+            "Observed per-sequence generation speed: a request's tokens / its sequences / "
+            "time since admission (what f(L) predicts).",
             ["task"],
             buckets=_SPEED,
             registry=r,
         )
         self.tokens = Counter(
             "saber_generated_tokens",
-            "Tokens generated for clients.",
+            "Tokens generated for clients (every sequence of a request).",
             ["task"],
             registry=r,
         )
         self.overruns = Counter(
             "saber_task_overrun",
-            "Requests that generated more tokens than their task type's max_tokens.",
+            "Requests that generated more tokens than their task type's max_tokens for each "
+            "of their sequences.",
             ["task"],
             registry=r,
         )
@@ -330,15 +334,19 @@ class _SchedulerCollector(Collector):
     def _families(self, s: Scheduler | None) -> Iterator[Metric]:
         depth = GaugeMetricFamily(
             "saber_queue_depth",
-            "Requests waiting, by task type and queue tier.",
+            "Requests waiting, by task type and queue tier (a request counts once, whatever "
+            "its sequences).",
             labels=["task", "tier"],
         )
         in_flight = GaugeMetricFamily(
-            "saber_requests_in_flight", "Requests admitted and running at the backend (the load L)."
+            "saber_requests_in_flight",
+            "Sequences admitted and running at the backend, the load L: each request counts "
+            "n (or best_of) x its prompts, as vLLM's num_requests_running does.",
         )
         predicted = GaugeMetricFamily(
             "saber_predicted_speed_tokens_per_second",
-            "Per-request speed f(L) the profile predicts at the current load and at one more.",
+            "Per-sequence speed f(L) the profile predicts at the current load (sequences) "
+            "and at one more.",
             labels=["load"],
         )
         if s is not None:
@@ -451,7 +459,8 @@ class _BackendCollector(Collector):
         running = GaugeMetricFamily(
             "saber_backend_requests_running",
             "Requests the backend says it is running, whoever sent them "
-            "(vllm:num_requests_running, llamacpp:requests_processing).",
+            "(vllm:num_requests_running, which counts each of a request's n choices and "
+            "prompts, as saber_requests_in_flight does; llamacpp:requests_processing).",
         )
         waiting = GaugeMetricFamily(
             "saber_backend_requests_waiting",

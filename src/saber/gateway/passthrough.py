@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, Response
 
 from saber import wire
 from saber.gateway import forwarding
-from saber.gateway.errors import GatewayError, invalid
+from saber.gateway.errors import GatewayError, invalid, quote
 from saber.gateway.models import answer_with_models, model_card
 from saber.gateway.payload import read_body
 from saber.gateway.state import Gateway, bound_route, gateway_of
@@ -148,7 +148,7 @@ async def _refused(request: Request) -> Response:
     # 501, permanent: the OpenAI SDKs would retry a 5xx, but they obey x-should-retry.
     return GatewayError(
         Outcome.INVALID_REQUEST,
-        NOT_RELAYED.format(path=request.url.path),
+        NOT_RELAYED.format(path=quote(request.url.path)),
         status=501,
         code="not_relayed",
         headers={"x-should-retry": "false"},
@@ -166,7 +166,7 @@ async def model(request: Request, model_id: str) -> Response:
     def render(backend: list[dict[str, Any]]) -> Response:
         card = model_card(backend, gw.resolver, model_id)
         if card is None:
-            message = f"The model `{model_id}` does not exist."
+            message = f"The model {quote(model_id)} does not exist."
             body = wire.error_body(message, 404, code="model_not_found", param="model")
             return JSONResponse(body, status_code=404)
         return JSONResponse(card)

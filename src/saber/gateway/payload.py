@@ -20,9 +20,10 @@ from typing import Any
 
 from starlette.requests import Request
 
+from saber import wire
 from saber.gateway import fields
 from saber.gateway.dialect import VLLM, Dialect
-from saber.gateway.errors import GatewayError, invalid
+from saber.gateway.errors import GatewayError, invalid, quote
 from saber.gateway.tasks import Endpoint
 from saber.scheduler import Outcome
 
@@ -32,6 +33,7 @@ nest a few dozen levels at most)."""
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+ONE = wire.Sequences(1, "n", 1)
 
 
 @dataclass(slots=True)
@@ -43,6 +45,9 @@ class Payload:
     max_tokens: int | None
     model: str | None
     min_tokens: int = 0  # generated at the least (0 where the backend ignores min_tokens)
+    seqs: wire.Sequences = ONE  # what it runs at the backend
+    # ignore_eos with nothing else to stop it: each sequence makes exactly max_tokens.
+    forced_length: bool = False
 
     def upstream_body(self, model: str | None, cap: int | None = None) -> bytes:
         """The body to relay: the client's, with the real model name, each token cap
@@ -149,6 +154,8 @@ def parse(endpoint: Endpoint, raw: bytes, dialect: Dialect = VLLM) -> Payload:
             )
         if not isinstance(prompt, str | list):
             raise invalid("'prompt' must be a string or an array", param="prompt")
+        if prompt == []:
+            raise invalid("'prompt' must not be an empty array", param="prompt")
 
     fields.check(endpoint, body, llamacpp_caps=dialect.reads_n_predict)
     max_tokens = _max_tokens(body, dialect)
@@ -176,6 +183,16 @@ def parse(endpoint: Endpoint, raw: bytes, dialect: Dialect = VLLM) -> Payload:
         max_tokens=max_tokens,
         model=model,
         min_tokens=min_tokens,
+        seqs=wire.sequences(body, chat=endpoint == "chat"),
+        forced_length=_forced_length(body),
+    )
+
+
+def _forced_length(body: dict[str, Any]) -> bool:
+    """``ignore_eos``, and no stop string or stop token that could end an answer sooner:
+    vLLM and llama.cpp then generate exactly the cap."""
+    return (
+        body.get("ignore_eos") is True and not body.get("stop") and not body.get("stop_token_ids")
     )
 
 
@@ -211,7 +228,8 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     if unusual:
         name = next((k for k, v in body.items() if _holds_non_finite(v)), None)
         raise invalid(
-            f"'{name}' holds a number JSON cannot carry ({unusual[0]}): numbers must be finite",
+            f"{quote(name)} holds a number JSON cannot carry ({unusual[0]}): numbers must be "
+            "finite",
             param=name,
         )
     if _SURROGATE_ESCAPE.search(raw):
@@ -220,7 +238,7 @@ def _json_object(raw: bytes) -> dict[str, Any]:
                 json.dumps({key: value}, ensure_ascii=False).encode()
             except UnicodeEncodeError:
                 raise invalid(
-                    f"'{key[:40]}' holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
+                    f"{quote(key)} holds a lone UTF-16 surrogate (\\ud800-\\udfff), "
                     "which is not text",
                     param=key if key.isprintable() and key.isascii() else None,
                 ) from None

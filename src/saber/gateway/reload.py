@@ -9,10 +9,11 @@ accepted keep the task type and deadline they arrived with, and the next ones
 get the new settings.
 
 Applied live: task types, aliases, rules, ``default_task``, keys and the metrics
-access, ``task_max_tokens``, ``max_concurrency``, ``queue_cap``, the profile (the
-scheduler's curve and calibration start again from it), and every limit and
-interval the gateway reads per request or connection. ``RESTART`` lists what a
-reload cannot change: a change there is logged and the running value kept.
+access, ``task_max_tokens``, ``max_concurrency``, ``max_sequences_per_request``,
+``queue_cap``, the profile (the scheduler's curve and calibration start again from
+it), and every limit and interval the gateway reads per request or connection.
+``RESTART`` lists what a reload cannot change: a change there is logged and the
+running value kept.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from saber.gateway import forwarding, honesty
 from saber.gateway import payload as payloads
 from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.cost import check_sequences, scheduler_request
 from saber.gateway.drain import draining_error
 from saber.gateway.errors import GatewayError, internal, invalid
 from saber.gateway.exchange import Exchange
@@ -23,7 +24,7 @@ from saber.gateway.state import Gateway, bound_route, gateway_of
 from saber.gateway.status import status
 from saber.gateway.tasks import BACKEND_MODEL, Endpoint
 from saber.gateway.upstream import BackendFailure
-from saber.scheduler import Outcome, request_for
+from saber.scheduler import Outcome
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -72,11 +73,13 @@ async def _accept(flow: Flow, request: Request) -> None:
     raw = await payloads.read_body(request, cfg.max_body_bytes, cfg.body_timeout_s)
     dialect = gw.dialect
     payload = payloads.parse(endpoint, raw, dialect)
+    check_sequences(payload.seqs, cfg.sequence_limit())
     res = gw.resolver.resolve(
         endpoint,
         header=header,
         model=payload.model,
         max_tokens=payload.max_tokens,
+        sequences=payload.seqs.total,
         body=payload.body,
     )
     flow.task, flow.via = res.task, res.via
@@ -93,18 +96,14 @@ async def _accept(flow: Flow, request: Request) -> None:
     assert model is None or isinstance(model, str)
     body = payload.upstream_body(model, cap)
     flow.call = Call(endpoint, payload, body, forwarding.headers(request.scope), dialect)
-    max_tokens = payload.max_tokens
-    if cap is not None:
-        max_tokens = cap if max_tokens is None else min(cap, max_tokens)
-    min_tokens = payload.min_tokens if max_tokens is None else min(payload.min_tokens, max_tokens)
     try:
-        flow.req = request_for(
+        flow.req = scheduler_request(
             flow.task,
-            lengths=gw.scheduler.lengths,
+            payload,
+            cap,
             id=flow.id,
             arrival=flow.arrival,
-            max_tokens=max_tokens,
-            min_tokens=min_tokens,
+            lengths=gw.scheduler.lengths,
         )
     except ValueError as exc:  # a token count no engine serves
         message = str(exc)

@@ -24,7 +24,10 @@ def status(gw: Gateway) -> dict[str, Any]:
             "requests_active": gw.admission.active,
         },
         "backend": _backend(gw, snap["load"]),
+        # Sequences: each running request counts n (or best_of) x its prompts.
         "load": snap["load"],
+        "running_requests": len(gw.scheduler.running()),
+        "max_sequences_per_request": gw.config.sequence_limit(),
         "predicted_speed_tokens_per_s": snap["predicted_speed"],
         "calibration": snap["calibration"],
         "learning": gw.learning.summary(),
@@ -59,8 +62,9 @@ def status(gw: Gateway) -> dict[str, Any]:
 
 
 def _backend(gw: Gateway, in_flight: int) -> dict[str, Any]:
-    """The engine, and its own count of requests next to the gateway's: running
-    above ``gateway_in_flight`` is traffic that bypasses the gateway."""
+    """The engine, and its own count of running requests next to the gateway's load
+    (both count sequences): running above ``gateway_in_flight`` is traffic that
+    bypasses the gateway."""
     b = gw.backend
     age = b.scraped_age_s()
     return {

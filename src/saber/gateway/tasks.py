@@ -1,8 +1,12 @@
 """Which task type a request belongs to, and which model name goes upstream.
 
 Order: the ``X-Saber-Task`` header; the model name as an alias (``<model>:<task>``
-or a configured alias); the configured rules (on the endpoint, ``max_tokens``, and
-whether the request is fill-in-the-middle); the default task.
+or a configured alias); the configured rules (on the endpoint, the tokens it may
+generate, and whether the request is fill-in-the-middle); the default task.
+
+A rule's ``max_tokens_at_most`` weighs the whole request: ``max_tokens`` times its
+sequences (``n`` x prompts), so that a list of 50 short prompts, or ``n`` = 16 short
+answers, is not taken for one short completion.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from saber.config import GatewayConfig, TaskType
-from saber.gateway.errors import invalid
+from saber.gateway.errors import invalid, quote
 from saber.gateway.fim import is_fim
 
 Via = Literal["header", "alias", "rule", "default"]
@@ -43,7 +47,7 @@ class TaskResolver:
         if task is None:
             known = ", ".join(sorted(self.tasks))
             raise invalid(
-                f"unknown task type {value!r} in X-Saber-Task; known: {known}",
+                f"unknown task type {quote(value)} in X-Saber-Task; known: {known}",
                 param="X-Saber-Task",
                 code="unknown_task",
             )
@@ -69,10 +73,11 @@ class TaskResolver:
         header: str | None,
         model: str | None,
         max_tokens: int | None,
+        sequences: int = 1,
         body: Mapping[str, Any] | None = None,
     ) -> Resolution:
-        """The task and upstream model of a request; ``body`` (the parsed request) is
-        read only by a rule with a ``fim`` condition."""
+        """The task and upstream model of a request of ``sequences`` sequences; ``body``
+        (the parsed request) is read only by a rule with a ``fim`` condition."""
         alias = self.alias(model)
         rewrite = alias[1] if alias else None
         if header is not None:
@@ -84,7 +89,7 @@ class TaskResolver:
             if rule.endpoint not in ("any", endpoint):
                 continue
             if rule.max_tokens_at_most is not None and (
-                max_tokens is None or max_tokens > rule.max_tokens_at_most
+                max_tokens is None or max_tokens * sequences > rule.max_tokens_at_most
             ):
                 continue
             if rule.fim is not None:

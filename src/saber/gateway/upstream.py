@@ -14,6 +14,7 @@ import aiohttp
 import httpx
 
 from saber import wire
+from saber.backend import describe_exc
 from saber.config import BackendSettings
 from saber.scheduler import Outcome
 
@@ -98,18 +99,24 @@ def classify(exc: httpx.HTTPError, *, streaming: bool) -> BackendFailure:
         return BackendFailure(
             Outcome.BACKEND_ERROR,
             "stream_broken",
-            f"the backend broke off the stream ({_name(exc)})",
+            f"the backend broke off the stream ({describe_exc(exc)})",
         )
     if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError | httpx.PoolTimeout):
         return BackendFailure(
-            Outcome.BACKEND_UNAVAILABLE, "connect", f"the backend is unreachable ({_name(exc)})"
+            Outcome.BACKEND_UNAVAILABLE,
+            "connect",
+            f"the backend is unreachable ({describe_exc(exc)})",
         )
     if isinstance(exc, httpx.TimeoutException):
         return BackendFailure(
-            Outcome.BACKEND_TIMEOUT, "timeout", f"the backend did not answer in time ({_name(exc)})"
+            Outcome.BACKEND_TIMEOUT,
+            "timeout",
+            f"the backend did not answer in time ({describe_exc(exc)})",
         )
     return BackendFailure(
-        Outcome.BACKEND_UNAVAILABLE, "reset", f"the backend closed the connection ({_name(exc)})"
+        Outcome.BACKEND_UNAVAILABLE,
+        "reset",
+        f"the backend closed the connection ({describe_exc(exc)})",
     )
 
 
@@ -124,11 +131,6 @@ def _dropped_connection(exc: httpx.HTTPError) -> bool:
     return isinstance(cause, aiohttp.ClientOSError) and not isinstance(
         cause, aiohttp.ClientConnectorError
     )
-
-
-def _name(exc: Exception) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 KEEPALIVE_EXPIRY_S = 4.0

@@ -3,9 +3,10 @@
 SSE framing (``EventSplitter``, ``data_field``, ``event``, ``json_event``, ``DONE``),
 what a chunk carries (``carries_text``, ``text_choices``, ``completion_tokens``),
 OpenAI error bodies (``error_body``, ``error_type``, ``error_message``; a stream's
-last event, ``stream_error``) and the
-``Authorization: Bearer`` header (``auth_headers``, ``bearer_token``). It imports
-nothing from the rest of saber.
+last event, ``stream_error``), the ``Authorization: Bearer`` header
+(``auth_headers``, ``bearer_token``), and how many sequences a request runs
+(``sequences``, ``prompt_count``, ``is_token_ids``). It imports nothing from the rest
+of saber.
 """
 
 from saber.wire._auth import auth_headers, bearer_token
@@ -17,12 +18,14 @@ from saber.wire._errors import (
     stream_error,
     stream_error_type,
 )
+from saber.wire._sequences import Sequences, is_token_ids, prompt_count, sequences
 from saber.wire._sse import DONE, DONE_EVENT, EventSplitter, data_field, event, json_event
 
 __all__ = [
     "DONE",
     "DONE_EVENT",
     "EventSplitter",
+    "Sequences",
     "auth_headers",
     "bearer_token",
     "carries_text",
@@ -32,7 +35,10 @@ __all__ = [
     "error_message",
     "error_type",
     "event",
+    "is_token_ids",
     "json_event",
+    "prompt_count",
+    "sequences",
     "stream_error",
     "stream_error_type",
     "text_choices",

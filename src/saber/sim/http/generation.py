@@ -1,4 +1,8 @@
-"""One HTTP generation request: its engine requests (one per prompt) and their tokens.
+"""One HTTP generation request: its engine requests and their tokens.
+
+As in vLLM's V1 engine, every choice is an engine request of its own: ``n`` for
+each prompt of the list, so ``vllm:num_requests_running`` counts a request of
+``n`` = 4 as 4. Choice ``j`` of prompt ``i`` has index ``i * n + j``.
 
 The driver calls each choice's sink at the end of every step that produced
 tokens for it; the sink records vLLM's per-request metrics (these are the
@@ -68,21 +72,25 @@ class Generation:
         self._clock = clock
         self.arrival = clock()
         self.choices: list[Choice] = []
-        for i, (prompt, cap) in enumerate(zip(params.prompts, params.max_tokens, strict=True)):
-            n, ended = lengths.output_tokens(
-                prompt.text,
-                max_tokens=cap,
-                ignore_eos=params.ignore_eos,
-                min_tokens=params.min_tokens,
-            )
-            answer = make_answer(
-                n,
-                ended=ended,
-                stop=params.stop,
-                min_tokens=params.min_tokens,
-                include_stop=params.include_stop,
-            )
-            self.choices.append(Choice(i, f"{request_id}-{i}", prompt, answer))
+        pairs = zip(params.prompts, params.max_tokens, strict=True)
+        for i, (prompt, cap) in enumerate(pairs):
+            for j in range(params.n):
+                tokens, ended = lengths.output_tokens(
+                    prompt.text,
+                    max_tokens=cap,
+                    ignore_eos=params.ignore_eos,
+                    min_tokens=params.min_tokens,
+                    choice=j,
+                )
+                answer = make_answer(
+                    tokens,
+                    ended=ended,
+                    stop=params.stop,
+                    min_tokens=params.min_tokens,
+                    include_stop=params.include_stop,
+                )
+                index = i * params.n + j
+                self.choices.append(Choice(index, f"{request_id}-{index}", prompt, answer))
         self._queue: asyncio.Queue[Delta] = asyncio.Queue()
         self._open = 0
 
@@ -119,7 +127,8 @@ class Generation:
 
     @property
     def prompt_tokens(self) -> int:
-        return sum(c.prompt.tokens for c in self.choices)
+        """Each prompt once, however many choices it has (vLLM's usage)."""
+        return sum(p.tokens for p in self.params.prompts)
 
     @property
     def completion_tokens(self) -> int:

@@ -3,12 +3,13 @@
 Prompt tokens, the rule of ``saber.workload``: one token per whitespace-separated
 word. A completion prompt that is a string counts its words (an empty string
 counts 1, the BOS token); a list of token ids counts the ids; a list of strings or
-of id lists is several prompts, one choice each. A chat request counts
-``count_chat_tokens(messages)``: the words of every text content plus
-``CHAT_TOKENS_PER_MESSAGE`` per message for the template.
+of id lists is several prompts (``saber.wire.prompt_count``), each with ``n``
+choices. A chat request counts ``count_chat_tokens(messages)``: the words of every
+text content plus ``CHAT_TOKENS_PER_MESSAGE`` per message for the template.
 
 Output tokens: with ``ignore_eos``, exactly ``max_tokens``. Without it, a natural
-length is drawn, deterministically from ``--seed`` and the prompt text, then
+length is drawn, deterministically from ``--seed``, the prompt text and the choice's
+place among the prompt's ``n`` (the first choice's as with ``n`` = 1), then
 raised to ``min_tokens`` and capped by ``max_tokens`` (a capped answer finishes
 with ``length``, one that ends by itself with ``stop``). The natural length comes
 from ``--output-len``: ``task`` (the default) draws from the output-length
@@ -28,6 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from saber import wire
 from saber.config import TaskType, load_tasks
 from saber.workload import (
     count_chat_tokens,
@@ -96,7 +98,7 @@ def completion_prompts(prompt: PromptField) -> list[Prompt]:
     if isinstance(prompt, str):
         return [_text_prompt(prompt)]
     items: list[Any] = list(prompt)
-    if items and all(isinstance(x, int) for x in items):
+    if wire.is_token_ids(items):
         return [_ids_prompt(items)]
     return [_text_prompt(x) if isinstance(x, str) else _ids_prompt(x) for x in items]
 
@@ -153,9 +155,10 @@ class OutputLengths:
     def tasks(self) -> Mapping[str, TaskType]:
         return self._tasks if self._tasks is not None else _default_tasks()
 
-    def natural(self, text: str) -> int:
-        """The length the answer to ``text`` would have if nothing capped it."""
-        rng = np.random.default_rng(self._seed_for(text))
+    def natural(self, text: str, choice: int = 0) -> int:
+        """The length the answer to ``text`` would have if nothing capped it; ``choice``:
+        which of the prompt's ``n`` answers (each draws its own)."""
+        rng = np.random.default_rng(self._seed_for(text, choice))
         if self.spec.kind != "task":
             return self.spec.sample(rng)
         task = self.tasks.get(guess_task(text) or "")
@@ -164,14 +167,21 @@ class OutputLengths:
         return int(sample_output_tokens(rng, task, 1)[0])
 
     def output_tokens(
-        self, text: str, *, max_tokens: int, ignore_eos: bool, min_tokens: int = 0
+        self,
+        text: str,
+        *,
+        max_tokens: int,
+        ignore_eos: bool,
+        min_tokens: int = 0,
+        choice: int = 0,
     ) -> tuple[int, bool]:
         """(tokens to generate, whether the answer ended by itself before the cap)."""
         if ignore_eos:
             return max_tokens, False
-        n = max(self.natural(text), min_tokens, 1)
+        n = max(self.natural(text, choice), min_tokens, 1)
         return (n, True) if n <= max_tokens else (max_tokens, False)
 
-    def _seed_for(self, text: str) -> int:
-        digest = hashlib.blake2b(f"{self.seed}\x00{text}".encode(), digest_size=8).digest()
+    def _seed_for(self, text: str, choice: int = 0) -> int:
+        key = f"{self.seed}\x00{text}" + (f"\x00{choice}" if choice else "")
+        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
         return int.from_bytes(digest, "little")

@@ -53,6 +53,7 @@ class Generate:
     model: str
     prompts: list[Prompt]
     max_tokens: list[int]  # per prompt, after the max_model_len default
+    n: int  # choices per prompt: each one a request of its own in the engine, as in vLLM V1
     ignore_eos: bool
     min_tokens: int
     stop: tuple[str, ...]
@@ -127,10 +128,9 @@ def _finish(
         raise ApiError(
             f"The model `{body.model}` does not exist.", HTTPStatus.NOT_FOUND, param="model"
         )
-    if body.n not in (None, 1):
-        raise ApiError(
-            f"saber-sim generates one choice per prompt: n must be 1, got {body.n}.", param="n"
-        )
+    n = 1 if body.n is None else body.n
+    if n < 1:
+        raise ApiError(f"n must be at least 1, got {n}.", param="n")
     if max_tokens is not None and max_tokens < 1:
         raise ApiError(f"max_tokens must be at least 1, got {max_tokens}.", param="max_tokens")
     if body.min_tokens < 0:
@@ -165,6 +165,7 @@ def _finish(
         model=models[0],
         prompts=prompts,
         max_tokens=caps,
+        n=n,
         ignore_eos=body.ignore_eos,
         min_tokens=body.min_tokens,
         stop=stop,
