@@ -24,7 +24,7 @@ import numpy as np
 
 from saber.config import load_gateway_config
 from saber.gateway.settings import settings_from_config
-from saber.scheduler import Policy, Scheduler, SchedRequest, request_for
+from saber.scheduler import Policy, SchedRequest, Scheduler, request_for
 
 TASK = "code_generation"
 LOADS = (1, 32, 96)
