@@ -17,6 +17,9 @@ import uvicorn
 
 log = logging.getLogger("saber.sim.http")
 
+_REOPENING = 0.001
+"""Seconds reported left between the planned end of a refusal and the reopened socket."""
+
 
 class ListenerControl:
     """Closes and reopens a running uvicorn server's listening sockets."""
@@ -34,8 +37,12 @@ class ListenerControl:
 
     @property
     def refusing_for(self) -> float:
-        """Seconds of refusal left, 0 when listening."""
-        return 0.0 if self._until is None else max(0.0, self._until - time.monotonic())
+        """Seconds of refusal left; 0 only once the socket listens again. Past the
+        planned end, while the socket is still being reopened, a moment is left: a
+        client that waits for 0 must not connect before the listener is back."""
+        if self._until is None:
+            return 0.0
+        return max(_REOPENING, self._until - time.monotonic())
 
     def attach(self, server: uvicorn.Server) -> None:
         """Call once the server listens (from its event loop)."""
