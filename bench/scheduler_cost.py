@@ -44,7 +44,7 @@ def build(policy: Policy, waiting: int) -> Scheduler:
         # Exact: its length is known (a client's ignore_eos), so the default policy's
         # chance of finishing in time is no guess.
         need = int(200 * f_next)
-        sched.offer(SchedRequest(f"w{i}", task, 0.0, 100.0, need, cap=4096, exact=True), 0.0)
+        sched.offer(SchedRequest(f"w{i:06d}", task, 0.0, 100.0, need, cap=4096, exact=True), 0.0)
     assert sched.queued() == waiting and sched.load == RUNNING
     return sched
 

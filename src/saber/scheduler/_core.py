@@ -457,10 +457,14 @@ class Scheduler:
     def _made(self, req: SchedRequest, now: float) -> float:
         """Tokens a running request that reports nothing has made by ``now``, by the
         token clock (calibrated)."""
-        made = self._clock - self._at_admit[req.id][0]
+        return self.calibration * (self._clock_now(now) - self._at_admit[req.id][0])
+
+    def _clock_now(self, now: float) -> float:
+        """The token clock (tokens one request has made since the start, uncalibrated),
+        run forward to ``now``."""
         if self._clock_at is not None and now > self._clock_at:
-            made += self._f(self._load) * (now - self._clock_at)
-        return self.calibration * made
+            return self._clock + self._f(self._load) * (now - self._clock_at)
+        return self._clock
 
     def time_to_free(self, now: float, q: float = 0.5) -> float | None:
         """Seconds from ``now`` by which a running request has finished and freed its
@@ -673,15 +677,23 @@ class Scheduler:
         if v1 >= v0 or not self._load:
             return empty, empty
         rows: dict[tuple[str, bool], list[tuple[float, float, float, float]]] = {}
+        clock = self._clock_now(now)
+        cal = self.calibration
+        learned: dict[str, bool] = {}
+        at_admit = self._at_admit
+        high, e2e = Tier.HIGH, "e2e"
         for req in self._running.values():
-            if req.tier is not Tier.HIGH or req.sla_kind != "e2e":
-                continue
             left = req.deadline - now
-            if left <= 0:
+            if req.tier is not high or req.sla_kind != e2e or left <= 0:
                 continue
-            made = float(req.generated if req.generated is not None else self._made(req, now))
-            made = max(made, 0.0)
-            exact = req.exact or self.lengths.estimate(req.task) is None
+            made = req.generated
+            if made is None:
+                made = cal * (clock - at_admit[req.id][0])
+            made = max(float(made), 0.0)
+            known = learned.get(req.task)
+            if known is None:
+                known = learned[req.task] = self.lengths.estimate(req.task) is not None
+            exact = req.exact or not known
             limit = float(req.tokens if req.exact else req.cap or MAX_TOKENS)
             rows.setdefault((req.task, exact), []).append(
                 (made, limit, left, max(req.tokens - made, 1.0))
