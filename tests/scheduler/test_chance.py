@@ -232,3 +232,31 @@ def test_the_chance_policy_reports_its_spread():
     s = Scheduler(flat(100.0), default(), speed_sigma=0.3)
     assert s.speed_sigma == pytest.approx(0.3)
     assert math.isfinite(s.speed_sigma)
+
+
+def test_a_request_held_for_those_still_to_come_passes_once_arrivals_fall_quiet():
+    # As above, a long request waits while short ones keep arriving. Then none comes:
+    # next_wakeup names the moment the last arrival leaves the rate's window, and the
+    # poll then admits it (seen on vLLM: held a minute beside one other request while
+    # nothing else came, since nothing woke the scheduler).
+    short = task("short", 20, 0.25, cap=64)
+    long = task("long", 2000, 600.0, cap=4096)
+    s = Scheduler(flat(100.0, 0.02), default(), tasks=[short, long], speed_sigma=0.05)
+    now = 0.0
+    for i in range(100):
+        now = i * 0.05
+        s.offer(request_for(short, id=f"s{i}", arrival=now, max_tokens=64, lengths=s.lengths), now)
+        for r in s.running():
+            if r.admitted_at is not None and now - r.admitted_at > 0.2:
+                s.finish(r.id, now, 20)
+    last = now
+    w = request_for(long, id="long", arrival=now, max_tokens=4096, lengths=s.lengths)
+    assert admitted(s.offer(w, now)) == []
+    for r in s.running():  # the short ones end; one long-running request stays
+        if r.id != s.running()[-1].id:
+            s.finish(r.id, now + 0.3, 20)
+    assert s.load >= 1 and s.is_queued("long")
+    wake = s.next_wakeup()
+    assert wake is not None and last < wake <= last + 10.0 + 1e-9
+    assert admitted(s.poll(wake)) == ["long"]
+    assert s.next_wakeup() is None  # nothing waits: no timer

@@ -35,11 +35,12 @@ class Arrivals:
         self._seen.append((now, req.task, req.seqs))
         self._counts[req.task] = self._counts.get(req.task, 0) + req.seqs
         self.last[req.task] = req
-        self._expire(now)
+        self.expire(now)
 
-    def _expire(self, now: float) -> None:
+    def expire(self, now: float) -> None:
+        """Forget the arrivals that have left the window (at ``quiet_at``, the last)."""
         seen, counts = self._seen, self._counts
-        while seen and seen[0][0] < now - self.window_s:
+        while seen and seen[0][0] + self.window_s <= now:
             _, task, seqs = seen.popleft()
             counts[task] -= seqs
             if not counts[task]:
@@ -49,7 +50,7 @@ class Arrivals:
         """Sequences per second over the window (or since the first arrival), and no
         more than the last RECENT arrivals show up to now: once arrivals stop, the rate
         falls as fast as it can be told apart from a pause."""
-        self._expire(now)
+        self.expire(now)
         seen = self._seen
         if self._first is None or not seen:
             return 0.0
@@ -60,8 +61,13 @@ class Arrivals:
             rate = min(rate, recent / max(now - seen[-RECENT][0], 1e-3))
         return rate
 
+    def quiet_at(self) -> float | None:
+        """When the last arrival leaves the window, and the rate falls to 0 unless another
+        comes: the requests still to come then cost nothing."""
+        return self._seen[-1][0] + self.window_s if self._seen else None
+
     def mix(self, now: float) -> dict[str, float]:
         """Each task's share of the recent arrivals."""
-        self._expire(now)
+        self.expire(now)
         total = sum(self._counts.values())
         return {task: n / total for task, n in self._counts.items()} if total else {}
