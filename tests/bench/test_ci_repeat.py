@@ -72,7 +72,10 @@ def test_runs_a_table_of_what_failed_and_a_failing_exit(
     suite.mkdir()
     (suite / "test_sample.py").write_text(TESTS)
     out = tmp_path / "out"
-    code = ci.main(["2", "--out", str(out), "-p", "no:cacheprovider", str(suite)])
+    # --rootdir: node ids relative to the suite wherever the checkout is (from a clone
+    # under /tmp, pytest took /tmp, the common ancestor with the working directory).
+    argv = ["2", "--out", str(out), "-p", "no:cacheprovider", "--rootdir", str(suite)]
+    code = ci.main([*argv, str(suite)])
     printed = capsys.readouterr().out
     assert code == 1
     assert sorted(p.name for p in out.glob("run-*")) == [

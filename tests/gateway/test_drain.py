@@ -20,9 +20,12 @@ from gateway_support import GatewayFactory
 from harness import gateway_process, scrape, wait_for
 from saber.sim.http import RunningSim, serve_in_thread
 
-SHORT, LONG = 150, 1500  # tokens: about 2 s and about 20 s, at time scale 1 with 40 running
+# Tokens: about 5 s and about 50 s at time scale 1 with 40 running. The short ones must
+# still run when the 41st request arrives (on a busy machine, 150 tokens had ended by
+# then and it was admitted, not queued), and end within DRAIN_S of the SIGTERM.
+SHORT, LONG = 400, 4000
 STREAMS = 40
-DRAIN_S = 5.0
+DRAIN_S = 10.0
 
 
 @pytest.fixture
