@@ -31,9 +31,14 @@ def gateway_factory(profile_path: Path) -> Iterator[GatewayFactory]:
     started: list[RunningGateway] = []
 
     def start(
-        backend: str, *, trace: bool = False, transport: Any = None, **overrides: Any
+        backend: str,
+        *,
+        trace: bool = False,
+        transport: Any = None,
+        profile: Path | None = None,
+        **overrides: Any,
     ) -> RunningGateway:
-        settings = settings_for(backend, profile_path, **overrides)
+        settings = settings_for(backend, profile or profile_path, **overrides)
         gw = start_in_thread(settings, trace=trace, transport=transport)
         started.append(gw)
         return gw

@@ -14,12 +14,12 @@ from gateway_support import GatewayFactory
 from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness import wait_for
+from harness import wait_for, write_profile
 from saber.gateway.access_log import GATEWAY_LOGGER, REQUEST_LOGGER
 from saber.gateway.learning import over_profile
 from saber.scheduler import Observation
 from saber.sim.http import RunningSim
-from saber.speed import MODELS
+from saber.speed import MODELS, USLModel
 
 # Refits as soon as 40 requests have finished on three loads, every 0.2 s.
 QUICK_REFIT = {
@@ -65,10 +65,18 @@ async def _load(
 
 
 def test_a_profile_that_misdescribes_the_engine_is_refitted_swapped_and_logged(
-    gateway_factory: GatewayFactory, sim: RunningSim, caplog: pytest.LogCaptureFixture
+    gateway_factory: GatewayFactory,
+    sim: RunningSim,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
 ) -> None:
-    # The test profile says f(1) = 600 tok/s; saber-sim at time scale 20 is far from it.
-    gw = gateway_factory(sim.url, **QUICK_REFIT)
+    # A profile that claims ten times the test profile's speed (f(1) = 6,000 tok/s):
+    # saber-sim at time scale 20 serves about a third of that on a quiet machine, and
+    # less on a busy one, so the misdescription only grows with load. (With the test
+    # profile, which the sim outruns threefold, two busy cores brought the ratio to
+    # 1.25, inside the band it is judged by.)
+    fast = write_profile(tmp_path / "fast.json", USLModel(lam=6000.0, sigma=0.1, kappa=0.002))
+    gw = gateway_factory(sim.url, profile=fast, **QUICK_REFIT)
     caplog.set_level(logging.WARNING, logger=GATEWAY_LOGGER)
     for concurrency in (1, 4, 8):
         asyncio.run(_load(gw.url, sim.model, 20, concurrency, 30))
