@@ -9,4 +9,4 @@ __version__ = "0.1.0"
 # tables are rich's): 35 ms and three packages at the gateway's start, used by no part of
 # saber. With this entry that import fails and httpx falls back to a stub ``main``; the
 # ``httpx`` command runs in a process of its own and is not affected.
-sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]

@@ -256,13 +256,16 @@ def run_matrix(
     """Fit each engine (one task per preset), then serve every trace (one task per
     trace). ``presets`` maps each of ``matrix.presets`` to its EnginePreset."""
     shared = _Shared(matrix, dict(presets), {}, tasks, workloads)
-    options = {"jobs": jobs, "progress": progress}
     wanted = [presets[p] for p in matrix.presets]
-    fits = parallel_map(_Shared.fit, shared, wanted, description="fitting engines", **options)
+    fits = parallel_map(
+        _Shared.fit, shared, wanted, description="fitting engines", jobs=jobs, progress=progress
+    )
     shared = dataclasses.replace(shared, fits={f.preset: f for f in fits})
     capacity = {
         (p, w): shared.fits[p].capacity[w] for p in matrix.presets for w in matrix.workloads
     }
     points = matrix.points(capacity)
-    results = parallel_map(_Shared.run, shared, points, description="serving traces", **options)
+    results = parallel_map(
+        _Shared.run, shared, points, description="serving traces", jobs=jobs, progress=progress
+    )
     return MatrixRun(matrix, dict(shared.fits), results)

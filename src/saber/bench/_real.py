@@ -128,10 +128,10 @@ def rescale_tasks(
 
     out = {}
     for name, task in tasks.items():
-        out_tokens = scaled(task.mean_output_tokens, output_scale)
-        sla = task.sla_s
-        if reference is not None and target is not None:
-            load = min(_tolerated_load(reference, task.mean_output_tokens / task.sla_s), max_load)
+        mean, sla = task.mean_output_tokens, task.sla_s
+        out_tokens = scaled(mean, output_scale)
+        if reference is not None and target is not None and mean and sla and out_tokens:
+            load = min(_tolerated_load(reference, mean / sla), max_load)
             sla = out_tokens / float(target.predict(load))
         out[name] = task.model_copy(
             update={

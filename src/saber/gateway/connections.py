@@ -103,7 +103,7 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
 
     # -- the limit ------------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override,unused-ignore]
         guard = self._guard
         if len(self.connections) >= guard.limit:
             self._refuse(transport)

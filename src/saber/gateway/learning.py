@@ -202,7 +202,10 @@ class Learning:
             "profile": self._fingerprint(),
             "lengths": sched.lengths.state(),
             "calibration": sched.calibration,
-            "live_model": model.to_dict() if model is not self.profile else None,
+            # The gateway only ever swaps in fitted SpeedModels.
+            "live_model": model.to_dict()
+            if isinstance(model, SpeedModel) and model is not self.profile
+            else None,
         }
         tmp = Path(f"{path}.tmp")
         try:

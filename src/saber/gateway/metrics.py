@@ -416,8 +416,8 @@ class _LearningCollector(Collector):
                     lengths.add_metric([task, stat], summary[stat])
                 seen.add_metric([task], summary["observed"])
             if not sched.lengths.learn:
-                for name, task in learning.gw.tasks.items():
-                    lengths.add_metric([name, "mean"], task.expected_tokens)
+                for name, task_type in learning.gw.tasks.items():
+                    lengths.add_metric([name, "mean"], task_type.expected_tokens)
             yield calibration
             yield spread
             if ratio is not None:

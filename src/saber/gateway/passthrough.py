@@ -77,16 +77,16 @@ async def relay_other(gw: Gateway, request: Request, path: str) -> Response:
             status = err.status
             return err.response()
         except BackendFailure as failure:  # the real model behind an alias is unknown
-            err = GatewayError(failure.outcome, failure.message)
-            status = err.status
-            return err.response()
+            refusal = GatewayError(failure.outcome, failure.message)
+            status = refusal.status
+            return refusal.response()
         try:
             response = await _send(gw, request, path, body)
         except BackendFailure as failure:
-            err = GatewayError(failure.outcome, failure.message)
-            status = err.status
+            refusal = GatewayError(failure.outcome, failure.message)
+            status = refusal.status
             gw.metrics.backend_errors.labels(failure.kind).inc()
-            return err.response()
+            return refusal.response()
         finally:
             gw.passthrough.leave()
         status = response.status_code

@@ -145,7 +145,7 @@ async def _backend_error(flow: Flow, resp: httpx.Response) -> Ending:
 def _retry_after(resp: httpx.Response) -> bytes | None:
     """The backend's Retry-After as it came, if it is one (whole seconds, or an
     HTTP-date: RFC 9110, 10.2.3); else None."""
-    value = resp.headers.get("retry-after", "").strip()
+    value: str = resp.headers.get("retry-after", "").strip()
     if value.isdigit() and len(value) <= 6:
         return value.encode()
     try:

@@ -216,7 +216,8 @@ class Gateway:
 
 def gateway_of(request: Request) -> Gateway:
     """The Gateway serving ``request`` (``create_app`` puts it in the app's state)."""
-    return request.app.state.gateway
+    gateway: Gateway = request.app.state.gateway
+    return gateway
 
 
 _Arg = TypeVar("_Arg")

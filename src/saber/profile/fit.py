@@ -33,9 +33,9 @@ def fit_speed(points: Sequence[Point], held_out: Sequence[int] | None = None) ->
 
 def fit_ttft(points: Sequence[Point]) -> TTFTFit | None:
     """The TTFT fit of the points that have a TTFT (``saber.speed.fit_ttft``)."""
-    usable = [p for p in points if p.ttft_s is not None]
-    if len({p.level for p in usable}) < 2:
+    usable = [(p, p.ttft_s) for p in points if p.ttft_s is not None]
+    if len({p.level for p, _ in usable}) < 2:
         return None
     return speed_fit_ttft(
-        [p.prompt_tokens for p in usable], [p.load for p in usable], [p.ttft_s for p in usable]
+        [p.prompt_tokens for p, _ in usable], [p.load for p, _ in usable], [t for _, t in usable]
     )

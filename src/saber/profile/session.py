@@ -239,14 +239,14 @@ class Session:
                 level = settings.levels[index]
                 if self._above_saturation(level):  # a lower level saturated since
                     size = need + settings.warmup_for(level)
-                    bar.update(task, total=bar.tasks[0].total - size)
+                    bar.update(task, total=_total(bar) - size)
                     continue
                 await self._visit(runner, bar, task, r, index)
             for _ in range(EXTRA_ROUNDS):
                 again = self._disagreeing()
                 if not again:
                     break
-                bar.update(task, total=bar.tasks[0].total + sum(
+                bar.update(task, total=_total(bar) + sum(
                     settings.quota(settings.rounds) + settings.warmup_for(level)
                     for level in again
                 ))  # fmt: skip
@@ -294,7 +294,7 @@ class Session:
             if higher:
                 self._say(f"skipped loads {', '.join(map(str, higher))}")
             unfinished = started + need + warmup - bar.tasks[0].completed
-            bar.update(task, total=bar.tasks[0].total - unfinished)
+            bar.update(task, total=_total(bar) - unfinished)
             return
         bar.update(task, completed=started + need + warmup)  # warm-up cut short by the end
         if r == settings.rounds - 1 and level not in recorded.ended:
@@ -461,3 +461,8 @@ __all__ = [
     "root_url",
     "run_session",
 ]
+
+
+def _total(bar: Progress) -> float:
+    """The bar's planned total (the one task it shows; set when the task was added)."""
+    return bar.tasks[0].total or 0.0

@@ -25,7 +25,7 @@ from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._outcome import Outcome
 from saber.scheduler._policy import Policy
 from saber.scheduler._queues import TaskQueues
-from saber.scheduler._request import MAX_TOKENS, Action, Decision, SchedRequest, Tier
+from saber.scheduler._request import MAX_TOKENS, Action, Decision, Kind, SchedRequest, Tier
 
 SpeedFn = Callable[[float], float]
 TTFTFn = Callable[[float, float], float]
@@ -114,7 +114,7 @@ class Scheduler:
         self._cal = Calibration(enabled=self.policy.calibrate, sigma=speed_sigma)
         self._sigma = rounded_sigma(self._cal.sigma)
         self.needs = Needs()
-        self._built_needs: dict[tuple[object, ...], float] = {}  # kind -> need when timed
+        self._built_needs: dict[Kind, float] = {}  # kind -> need when timed
         self._arrivals = Arrivals()
         self.recent: deque[Decision] = deque(maxlen=100)
         self.set_speed_model(speed)
@@ -650,8 +650,8 @@ class Scheduler:
         if running is not None and running[0].size:
             lost, left = running
             p += float(np.sum(lost * np.minimum(1.0, runs / left)))
-        for lost, d in future:
-            p += lost * (runs - d / 2 if d <= runs else runs * runs / (2 * d))
+        for share, d in future:
+            p += share * (runs - d / 2 if d <= runs else runs * runs / (2 * d))
         p = max(p * req.seqs, floor)
         if p > 1.0 - CHANCE_STEP:
             return math.inf  # it cannot win more than it costs
@@ -694,10 +694,11 @@ class Scheduler:
             left = req.deadline - now
             if req.tier is not high or req.sla_kind != e2e or left <= 0:
                 continue
-            made = req.generated
-            if made is None:
-                made = cal * (clock - at_admit[req.id][0])
-            made = max(float(made), 0.0)
+            generated = req.generated
+            made = max(
+                float(generated) if generated is not None else cal * (clock - at_admit[req.id][0]),
+                0.0,
+            )
             known = learned.get(req.task)
             if known is None:
                 known = learned[req.task] = self.lengths.estimate(req.task) is not None

@@ -90,7 +90,8 @@ class LengthEstimate:
             cum = np.concatenate(([0.0], np.cumsum(self.weights)))
             self._cum = cum = cum / cum[-1]
         logs = np.log2(np.maximum(tokens, 1.0)) * BUCKETS_PER_DOUBLING
-        return np.interp(logs, _LOG_EDGES, cum)
+        shares: np.ndarray = np.interp(logs, _LOG_EDGES, cum)
+        return shares
 
     def mean(self, cap: int | None = None, floor: int = 0) -> float:
         """E[min(max(L, floor), cap)]."""

@@ -6,7 +6,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from saber.scheduler._request import SchedRequest
+from saber.scheduler._request import Kind, SchedRequest
 
 
 class TaskQueues:
@@ -25,7 +25,7 @@ class TaskQueues:
         self._where: dict[str, str] = {}
         # A kind of request (``SchedRequest.kind``) -> deadlines in order, and the ids in
         # the same order.
-        self._groups: dict[tuple, tuple[list[float], list[str]]] = {}
+        self._groups: dict[Kind, tuple[list[float], list[str]]] = {}
 
     def __len__(self) -> int:
         return len(self._where)

@@ -22,6 +22,11 @@ class Action(StrEnum):
     REJECT = "reject"  # it leaves without service (see Decision.outcome)
 
 
+# What a request's chance of finishing in time depends on besides time and speed:
+# (task, tokens, cap, floor, exact).
+Kind = tuple[str, int, int | None, int, bool]
+
+
 @dataclass(slots=True, eq=False)
 class SchedRequest:
     """A request as the scheduler sees it: a deadline and a number of tokens.
@@ -57,7 +62,7 @@ class SchedRequest:
     outcome: Outcome | None = field(default=None)
 
     @property
-    def kind(self) -> tuple[str, int, int | None, int, bool]:
+    def kind(self) -> Kind:
         """What its chance of finishing in time depends on, besides time and speed:
         requests of one kind share their length distribution."""
         return (self.task, self.tokens, self.cap, self.floor, self.exact)

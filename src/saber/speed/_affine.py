@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import ClassVar, Self
+from abc import abstractmethod
+from collections.abc import Mapping
+from typing import Self
 
 import numpy as np
 
@@ -20,8 +21,14 @@ class AffineDecayModel(SpeedModel):
     """
 
     param_names = ("a", "b")
-    _g_scalar: ClassVar[Callable[[float], float]]
-    _g_array: ClassVar[Callable[[FloatArray], FloatArray]]
+
+    @staticmethod
+    @abstractmethod
+    def _g_scalar(load: float) -> float: ...
+
+    @staticmethod
+    @abstractmethod
+    def _g_array(loads: FloatArray) -> FloatArray: ...
 
     def __init__(self, **params: float) -> None:
         super().__init__(**params)
@@ -40,7 +47,8 @@ class AffineDecayModel(SpeedModel):
 
     @classmethod
     def _raw(cls, x: FloatArray, loads: FloatArray) -> FloatArray:
-        return x[0] - x[1] * cls._g_array(loads)
+        speeds: FloatArray = x[0] - x[1] * cls._g_array(loads)
+        return speeds
 
     @classmethod
     def _jac(cls, x: FloatArray, loads: FloatArray) -> FloatArray:

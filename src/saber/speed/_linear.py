@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
-
 from saber.speed._affine import AffineDecayModel
-
-T = TypeVar("T")
-
-
-def _identity(load: T) -> T:
-    return load
+from saber.speed._data import FloatArray
 
 
 class LinearModel(AffineDecayModel):
@@ -20,5 +13,11 @@ class LinearModel(AffineDecayModel):
     """
 
     kind = "linear"
-    _g_scalar = staticmethod(_identity)
-    _g_array = staticmethod(_identity)
+
+    @staticmethod
+    def _g_scalar(load: float) -> float:
+        return load
+
+    @staticmethod
+    def _g_array(loads: FloatArray) -> FloatArray:
+        return loads

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from saber.speed._affine import AffineDecayModel
+from saber.speed._data import FloatArray
 
 
 class LogDecayModel(AffineDecayModel):
@@ -19,5 +20,12 @@ class LogDecayModel(AffineDecayModel):
     """
 
     kind = "logdecay"
-    _g_scalar = staticmethod(math.log)
-    _g_array = staticmethod(np.log)
+
+    @staticmethod
+    def _g_scalar(load: float) -> float:
+        return math.log(load)
+
+    @staticmethod
+    def _g_array(loads: FloatArray) -> FloatArray:
+        logs: FloatArray = np.log(loads)
+        return logs

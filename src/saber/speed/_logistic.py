@@ -47,7 +47,8 @@ class LogisticModel(SpeedModel):
     @staticmethod
     def _raw(x: FloatArray, loads: FloatArray) -> FloatArray:
         a, ratio, k, l0 = x
-        return a * (ratio + (1.0 - ratio) * _share(k * (loads - l0)))
+        speeds: FloatArray = a * (ratio + (1.0 - ratio) * _share(k * (loads - l0)))
+        return speeds
 
     @staticmethod
     def _jac(x: FloatArray, loads: FloatArray) -> FloatArray:

@@ -59,7 +59,8 @@ class SoloUSLModel(SpeedModel):
         lam, sigma, kappa, bonus = x
         alone = np.clip(2.0 - loads, 0.0, 1.0)
         denom = 1.0 + sigma * (loads - 1.0) + kappa * loads * (loads - 1.0)
-        return lam / (denom - alone * bonus / (1.0 + bonus))
+        speeds: FloatArray = lam / (denom - alone * bonus / (1.0 + bonus))
+        return speeds
 
     @staticmethod
     def _jac(x: FloatArray, loads: FloatArray) -> FloatArray:

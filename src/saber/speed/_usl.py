@@ -38,7 +38,8 @@ class USLModel(SpeedModel):
     @staticmethod
     def _raw(x: FloatArray, loads: FloatArray) -> FloatArray:
         lam, sigma, kappa = x
-        return lam / (1.0 + sigma * (loads - 1.0) + kappa * loads * (loads - 1.0))
+        speeds: FloatArray = lam / (1.0 + sigma * (loads - 1.0) + kappa * loads * (loads - 1.0))
+        return speeds
 
     @staticmethod
     def _jac(x: FloatArray, loads: FloatArray) -> FloatArray:
