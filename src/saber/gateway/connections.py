@@ -25,15 +25,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from saber import wire
+from saber.config import GatewayConfig
 from saber.gateway.access_log import GATEWAY_LOGGER
-
-if TYPE_CHECKING:
-    from saber.gateway.state import Gateway
+from saber.gateway.metrics import GatewayMetrics
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -56,24 +56,25 @@ def _canned(status: int, reason: str, message: str, code: str, extra: str = "") 
 class ConnectionGuard:
     """The settings and counters the protocols of one server share."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, config: Callable[[], GatewayConfig], metrics: GatewayMetrics) -> None:
+        self._config = config  # the settings in force (a reload swaps them)
+        self._metrics = metrics
         self.open = 0
         self.fd_cap: int | None = None  # set when the open-file limit allows fewer
         self._refused_logged = False
-        gw.metrics.watch_connections(lambda: self.open)
+        metrics.watch_connections(lambda: self.open)
 
     @property
     def limit(self) -> int:
-        limit = self.gw.config.max_client_connections
+        limit = self._config().max_client_connections
         return limit if self.fd_cap is None else min(limit, self.fd_cap)
 
     @property
     def header_timeout_s(self) -> float:
-        return self.gw.config.header_timeout_s
+        return self._config().header_timeout_s
 
     def refused(self, reason: str) -> None:
-        self.gw.metrics.connections_refused.labels(reason).inc()
+        self._metrics.connections_refused.labels(reason).inc()
         if reason == "limit" and not self._refused_logged:
             self._refused_logged = True  # once per burst: a flood must not flood the log
             log.warning(

@@ -21,14 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.gateway.errors import GatewayError
-from saber.scheduler import Outcome
-
-if TYPE_CHECKING:
-    from saber.gateway.state import Gateway
+from saber.scheduler import Outcome, Scheduler
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -63,8 +60,9 @@ def drain_timeout_error(timeout_s: float) -> GatewayError:
 class Drain:
     """The gateway's completion requests in progress, and the drain that ends them."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, timeout_s: Callable[[], float], scheduler: Scheduler) -> None:
+        self._timeout_s = timeout_s  # drain_timeout_s as in force when the drain begins
+        self._scheduler = scheduler
         self.draining = False
         self.active = 0  # completion requests between arrival and their last byte
         self.exchanges: set[Interruptible] = set()  # those queued or relayed
@@ -94,8 +92,8 @@ class Drain:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="saber-drain")
 
     async def _run(self) -> None:
-        timeout = self.gw.config.drain_timeout_s
-        sched = self.gw.scheduler
+        timeout = self._timeout_s()
+        sched = self._scheduler
         log.warning(
             "draining: refusing new requests, running ones may finish",
             extra={

@@ -34,6 +34,7 @@ from saber.gateway.errors import GatewayError, internal
 from saber.gateway.flow import Flow
 from saber.gateway.payload import PATHS
 from saber.gateway.relay import failed, relay
+from saber.gateway.state import Gateway
 from saber.gateway.upstream import BackendFailure
 from saber.scheduler import Action, Decision, Outcome, Tier
 
@@ -48,8 +49,9 @@ async def _disconnected(receive: Receive) -> None:
 class Exchange(Response):
     """Queues, relays and finalizes one completion request."""
 
-    def __init__(self, flow: Flow) -> None:
+    def __init__(self, gw: Gateway, flow: Flow) -> None:
         super().__init__(status_code=200)
+        self.gw = gw
         self.flow = flow
         self._main: asyncio.Future[None] | None = None
         self._started = False
@@ -66,7 +68,7 @@ class Exchange(Response):
                 main.cancel()
 
         watch.add_done_callback(client_left)
-        exchanges = self.flow.gw.drain.exchanges
+        exchanges = self.gw.drain.exchanges
         exchanges.add(self)
         try:
             await main
@@ -115,7 +117,7 @@ class Exchange(Response):
     def _interrupted(self, outcome: Outcome) -> Ending:
         if outcome is Outcome.REJECTED_DRAINING:
             return error_ending(self.flow, draining_error())
-        err = drain_timeout_error(self.flow.gw.config.drain_timeout_s)
+        err = drain_timeout_error(self.gw.config.drain_timeout_s)
         return error_ending(self.flow, err, tokens=self.flow.tokens)
 
     def _finalize(self, out: Downstream, ending: Ending) -> Ending:
@@ -135,7 +137,7 @@ class Exchange(Response):
         return ending
 
     async def _exchange(self, out: Downstream) -> Ending:
-        flow, gw = self.flow, self.flow.gw
+        flow, gw = self.flow, self.gw
         if gw.drain.draining:  # it was accepted as the drain began
             return error_ending(flow, draining_error())
         decision = await self._admission(out)
@@ -166,7 +168,7 @@ class Exchange(Response):
         assert flow.call is not None
         if not flow.call.payload.stream:
             return await future
-        interval = flow.gw.config.queued_comment_interval_s
+        interval = self.gw.config.queued_comment_interval_s
         await asyncio.wait((future,), timeout=interval)
         if future.done():
             return future.result()
@@ -177,7 +179,7 @@ class Exchange(Response):
         return future.result()
 
     def _rejection(self, outcome: Outcome) -> Ending:
-        seconds, ms = self.flow.gw.admission.retry_after()
+        seconds, ms = self.gw.admission.retry_after()
         task = self.flow.task_name
         when = f"retry in about {_seconds(ms)}"
         if outcome is Outcome.REJECTED_QUEUE_FULL:

@@ -6,26 +6,25 @@ exchange offers it, waits, relays it, and hands ``finalize`` the outcome the rel
 decided. ``finalize`` runs once: it takes the request out of the scheduler
 according to where the scheduler holds it (running: finished if served, else
 cancelled; queued: cancelled; let go by a REJECT: nothing), then counts it in
-the metrics and writes its one log line (``accounting``).
+the metrics and writes its one log line (``_account``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Any
 
 from saber.config import TaskType
-from saber.gateway.access_log import GATEWAY_LOGGER
-from saber.gateway.accounting import account
+from saber.gateway.access import Key
+from saber.gateway.access_log import GATEWAY_LOGGER, log_request
+from saber.gateway.admission import Admission
+from saber.gateway.honesty import overran
+from saber.gateway.metrics import GatewayMetrics
 from saber.gateway.outcomes import STATUS
 from saber.gateway.payload import Call
 from saber.gateway.tasks import Endpoint, Via
 from saber.scheduler import Decision, Outcome, SchedRequest
-
-if TYPE_CHECKING:
-    from saber.gateway.access import Key
-    from saber.gateway.state import Gateway
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -35,11 +34,20 @@ CANCELLED = (Outcome.CANCELLED_QUEUED, Outcome.CANCELLED_RUNNING)
 class Flow:
     """One request's state, and its exactly-once ``finalize``."""
 
-    def __init__(self, gw: Gateway, endpoint: Endpoint) -> None:
-        self.gw = gw
-        self.clock = gw.admission.now
+    def __init__(
+        self,
+        admission: Admission,
+        metrics: GatewayMetrics,
+        endpoint: Endpoint,
+        *,
+        log_requests: bool,
+    ) -> None:
+        self.admission = admission
+        self.metrics = metrics
+        self.log_requests = log_requests  # as configured when it arrived
+        self.clock = admission.now
         self.arrival = self.clock()  # the one arrival stamp: deadline, wait, TTFT, latency
-        self.id = gw.admission.new_id()
+        self.id = admission.new_id()
         self.endpoint = endpoint
         self.key: Key | None = None  # the client's API key, when keys are configured
         self.task: TaskType | None = None
@@ -66,7 +74,7 @@ class Flow:
     def offer(self) -> asyncio.Future[Decision]:
         """Hand the request to the scheduler; the future resolves with its ADMIT or REJECT."""
         assert self.req is not None
-        return self.gw.admission.offer(self.req)
+        return self.admission.offer(self.req)
 
     def decided(self, decision: Decision) -> None:
         """The scheduler admitted or rejected it: it left the queue."""
@@ -78,7 +86,7 @@ class Flow:
             self.first_token = self.clock()
         self.tokens = tokens
         if self.req is not None:
-            self.gw.admission.progress(self.req, tokens)
+            self.admission.progress(self.req, tokens)
 
     def queue_s(self) -> float:
         """Seconds from arrival to leaving the queue (or to now, while it waits)."""
@@ -122,14 +130,14 @@ class Flow:
                     status = None
             self.outcome = outcome = final
         try:
-            account(self, outcome, status or STATUS[outcome], error, fault)
+            _account(self, outcome, status or STATUS[outcome], error, fault)
         except Exception:
             log.exception("accounting for a request failed", extra={"id": self.id})
         return outcome
 
     def _leave_scheduler(self, outcome: Outcome) -> Outcome:
         assert self.req is not None
-        admission = self.gw.admission
+        admission = self.admission
         try:
             left = admission.leave(self.req, served=outcome.served, tokens=self.tokens)
         except Exception:
@@ -141,3 +149,90 @@ class Flow:
         if left is None:  # a REJECT had let it go; a cancellation before any decision
             return outcome
         return left if outcome.served or outcome in CANCELLED else outcome
+
+
+def _account(
+    flow: Flow, outcome: Outcome, status: int, error: str | None, fault: str | None
+) -> None:
+    """Count the request in the metrics and write its log line.
+
+    Every time is on the admission clock and measured from the request's one arrival
+    stamp: the queue wait to when it left the queue, TTFT to its first generated
+    token, the latency (and so the SLA verdict) to when it was finalized, which for a
+    served request is when the backend's answer was complete."""
+    metrics = flow.metrics
+    m = metrics.task(flow.task_name)
+    m.outcomes[outcome].inc()
+    if fault is not None:
+        metrics.backend_errors.labels(fault).inc()
+    queue_s = None
+    if flow.left_queue is not None and outcome is not Outcome.REJECTED_QUEUE_FULL:
+        queue_s = max(flow.left_queue - flow.arrival, 0.0)
+        m.queue_wait.observe(queue_s)
+    ttft = None if flow.first_token is None else flow.first_token - flow.arrival
+    if ttft is not None:
+        m.ttft.observe(ttft)
+    latency = sla_met = None
+    end = flow.ended
+    if outcome.served and end is not None and flow.task is not None:
+        latency = end - flow.arrival
+        # A TTFT SLA is met by the first token; a whole answer's first token is its end.
+        judged = ttft if flow.task.sla_kind == "ttft" and ttft is not None else latency
+        sla_met = judged <= flow.task.sla_s
+        m.latency.observe(latency)
+        (m.sla_within if sla_met else m.sla_outside).inc()
+        admitted = flow.req.admitted_at if flow.req is not None else None
+        if admitted is not None and flow.tokens > 0 and end > admitted:
+            m.speed.observe(flow.tokens / flow.seqs / (end - admitted))
+    if flow.tokens:
+        m.tokens.inc(flow.tokens)
+    overrun = overran(flow.task, flow.tokens, flow.seqs)
+    if overrun:
+        m.overruns.inc()
+    if flow.key is not None:
+        metrics.key_requests.labels(flow.key.name, outcome.value).inc()
+    if flow.log_requests:
+        fields = _fields(flow, outcome, status, error, queue_s, ttft, latency, sla_met)
+        fields["key"] = flow.key.name if flow.key is not None else None
+        fields["overrun"] = overrun
+        log_request(fields)
+
+
+def _fields(
+    flow: Flow,
+    outcome: Outcome,
+    status: int,
+    error: str | None,
+    queue_s: float | None,
+    ttft: float | None,
+    latency: float | None,
+    sla_met: bool | None,
+) -> dict[str, Any]:
+    payload = flow.call.payload if flow.call is not None else None
+    req = flow.req
+    return {
+        "id": flow.id,
+        "endpoint": flow.endpoint,
+        "task": flow.task_name,
+        "task_via": flow.via,
+        "outcome": outcome.value,
+        "status": status,
+        "stream": payload.stream if payload is not None else None,
+        "model": payload.model if payload is not None else None,
+        "tier": req.tier.value if req is not None else None,
+        "queue_ms": _ms(queue_s),
+        "ttft_ms": _ms(ttft),
+        "latency_ms": _ms(latency),
+        "tokens": flow.tokens,
+        # Each sequence is expected to make req.tokens: the request, that many times.
+        "expected_tokens": req.tokens * req.seqs if req is not None else None,
+        "seqs": req.seqs if req is not None else None,
+        "sla_s": flow.task.sla_s if flow.task is not None else None,
+        "sla_kind": flow.task.sla_kind if flow.task is not None else None,
+        "sla_met": sla_met,
+        "error": error,
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)

@@ -25,15 +25,15 @@ import math
 import os
 import statistics
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from saber.config import GatewayConfig
 from saber.gateway.access_log import GATEWAY_LOGGER
-from saber.scheduler import Observation, SpeedFn
+from saber.gateway.metrics import GatewayMetrics
+from saber.scheduler import Observation, Scheduler, SpeedFn
 from saber.speed import MODELS, LiveFit, SpeedModel
-
-if TYPE_CHECKING:
-    from saber.gateway.state import Gateway
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -54,9 +54,19 @@ def over_profile(seen: Observation, current: SpeedFn, profile: SpeedFn) -> float
 class Learning:
     """The gateway's closed loop outside the scheduler: observations, refits, state."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
-        settings = gw.config.refit
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        metrics: GatewayMetrics,
+        profile: SpeedModel,
+        config: Callable[[], GatewayConfig],
+        clock: Callable[[], float],
+    ) -> None:
+        self._scheduler = scheduler
+        self._metrics = metrics
+        self._config = config  # the settings in force
+        self._clock = clock  # the admission clock
+        settings = config().refit
         self.enabled = settings.enabled
         self.fit = LiveFit(
             window=settings.window,
@@ -64,7 +74,7 @@ class Learning:
             every=settings.every,
             margin=settings.margin,
         )
-        self.profile: SpeedModel = gw.speed
+        self.profile = profile
         self._profile_ratios: deque[float] = deque(maxlen=PROFILE_RATIO_POINTS)
         # Observed over what admission predicted (calibration included), since the
         # curve in use last changed: is the gateway's prediction true now?
@@ -77,7 +87,7 @@ class Learning:
 
     def drain(self) -> None:
         """Take the scheduler's new observations: metrics, the refit window. O(1) each."""
-        sched, metrics = self.gw.scheduler, self.gw.metrics
+        sched, metrics = self._scheduler, self._metrics
         while sched.observations:
             seen = sched.observations.popleft()
             if seen.predicted > 0:
@@ -127,7 +137,7 @@ class Learning:
         self._save_state()
 
     async def _loop(self) -> None:
-        interval = self.gw.config.refit.interval_s
+        interval = self._config().refit.interval_s
         while True:
             await asyncio.sleep(interval)
             try:
@@ -138,12 +148,12 @@ class Learning:
     async def refit(self) -> bool:
         """One refit if one is due; True if the live curve was swapped in."""
         self.drain()
-        current = self.gw.scheduler.speed_model
+        current = self._scheduler.speed_model
         if not self.fit.due() or not isinstance(current, SpeedModel):
             return False
         loads, speeds = self.fit.snapshot()
         result = await asyncio.to_thread(self.fit.judge, current, current.kind, loads, speeds)
-        metrics = self.gw.metrics
+        metrics = self._metrics
         if result is None:
             metrics.refits.labels("unfit").inc()
             return False
@@ -152,9 +162,9 @@ class Learning:
             metrics.refits.labels("kept").inc()
             return False
         metrics.refits.labels("swapped").inc()
-        self.gw.scheduler.set_speed_model(result.model)
+        self._scheduler.set_speed_model(result.model)
         self._curve_changed()
-        self.swapped_at = self.gw.admission.now()
+        self.swapped_at = self._clock()
         log.warning(
             "speed model swapped: the engine departs from the curve in use",
             extra={
@@ -173,7 +183,7 @@ class Learning:
     def summary(self) -> dict[str, Any]:
         self.drain()
         last = self.fit.last
-        model = self.gw.scheduler.speed_model
+        model = self._scheduler.speed_model
         return {
             "refit": self.enabled,
             "points": len(self.fit),
@@ -192,10 +202,10 @@ class Learning:
         return self.profile.to_dict()
 
     def _save_state(self) -> None:
-        path = self.gw.config.state_file
+        path = self._config().state_file
         if path is None:
             return
-        sched = self.gw.scheduler
+        sched = self._scheduler
         model = sched.speed_model
         state = {
             "version": STATE_VERSION,
@@ -217,10 +227,10 @@ class Learning:
         log.info("state saved", extra={"path": str(path)})
 
     def _load_state(self) -> None:
-        path = self.gw.config.state_file
+        path = self._config().state_file
         if path is None or not Path(path).exists():
             return
-        sched = self.gw.scheduler
+        sched = self._scheduler
         try:
             state = json.loads(Path(path).read_text())
             if state.get("version") != STATE_VERSION:

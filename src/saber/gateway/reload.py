@@ -22,16 +22,15 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from saber.config import DEFAULT_GATEWAY_CONFIG, ConfigError, GatewayConfig
 from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.metrics import GatewayMetrics
 from saber.gateway.settings import GatewaySettings, reload_settings
 from saber.speed import ProfileError
-
-if TYPE_CHECKING:
-    from saber.gateway.state import Gateway
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -58,8 +57,15 @@ scheduler's policy and random window, the learning loop, the pass-through gate."
 class Reloader:
     """Reloads one gateway's settings; at most one reload runs at a time."""
 
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(
+        self,
+        settings: Callable[[], GatewaySettings],
+        apply: Callable[[GatewaySettings], None],
+        metrics: GatewayMetrics,
+    ) -> None:
+        self._settings = settings  # those in force
+        self._apply = apply  # swaps new ones in
+        self._metrics = metrics
         self._lock = asyncio.Lock()
         self._watch: asyncio.Task[None] | None = None
 
@@ -67,36 +73,36 @@ class Reloader:
         """Read the settings again (or take ``settings``) and apply them; False if they
         were refused."""
         async with self._lock:
-            gw = self.gw
+            current = self._settings()
             if settings is None:
-                source = gw.settings.source
+                source = current.source
                 if source is None:
                     log.warning("cannot reload: the settings were not read from files")
                     return False
                 try:
                     settings = await asyncio.to_thread(reload_settings, source)
                 except (ConfigError, ProfileError) as exc:
-                    gw.metrics.reloads.labels("refused").inc()
+                    self._metrics.reloads.labels("refused").inc()
                     log.error(
                         "reload refused: the settings in force stay",
                         extra={"trigger": trigger, "error": str(exc)},
                     )
                     return False
-            old = gw.config
+            old = current.config
             kept = [f for f in RESTART if getattr(settings.config, f) != getattr(old, f)]
             config = settings.config.model_copy(update={f: getattr(old, f) for f in kept})
             changed = _changed(old, config)
-            profile_changed = settings.profile != gw.settings.profile
-            gw.apply(
+            profile_changed = settings.profile != current.profile
+            self._apply(
                 GatewaySettings(
                     config,
                     settings.profile,
                     settings.profile_path,
                     settings.profile_is_default,
-                    settings.source or gw.settings.source,
+                    settings.source or current.source,
                 )
             )
-            gw.metrics.reloads.labels("applied").inc()
+            self._metrics.reloads.labels("applied").inc()
             if kept:
                 log.warning(
                     "reload: these settings changed but need a restart; still in force: "
@@ -117,7 +123,7 @@ class Reloader:
     # -- watching the files --------------------------------------------------------
 
     def start(self) -> None:
-        if self.gw.settings.source is not None:
+        if self._settings().source is not None:
             self._watch = asyncio.get_running_loop().create_task(self._loop(), name="saber-reload")
 
     async def stop(self) -> None:
@@ -129,7 +135,7 @@ class Reloader:
     async def _loop(self) -> None:
         seen = self._stamps()
         while True:
-            interval = self.gw.config.reload_interval_s
+            interval = self._settings().config.reload_interval_s
             await asyncio.sleep(interval or 1.0)
             if not interval:
                 seen = self._stamps()
@@ -143,9 +149,10 @@ class Reloader:
                     log.exception("reloading the settings failed")
 
     def _stamps(self) -> list[tuple[int, int, int] | None]:
-        source = self.gw.settings.source
+        settings = self._settings()
+        source = settings.source
         config = source.config_path if source is not None else None
-        return [_stamp(config or DEFAULT_GATEWAY_CONFIG), _stamp(self.gw.settings.profile_path)]
+        return [_stamp(config or DEFAULT_GATEWAY_CONFIG), _stamp(settings.profile_path)]
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

@@ -37,11 +37,11 @@ COMPLETION_ROUTES: dict[str, Endpoint] = {path: endpoint for endpoint, path in P
 async def completion(gw: Gateway, request: Request, endpoint: Endpoint) -> Response:
     """Accept a completion request: stamp its arrival, check and classify it, and hand
     it to an Exchange; or answer it at once. Either way its flow is finalized once."""
-    flow = Flow(gw, endpoint)
+    flow = Flow(gw.admission, gw.metrics, endpoint, log_requests=gw.config.log_requests)
     try:
         if gw.drain.draining:
             raise draining_error()
-        await _accept(flow, request)
+        await _accept(gw, flow, request)
     except ClientDisconnect:
         # It never arrived whole: nothing was offered; counted, and nobody to answer.
         message = "the client went away before its request body arrived"
@@ -56,16 +56,16 @@ async def completion(gw: Gateway, request: Request, endpoint: Endpoint) -> Respo
     except Exception as exc:
         log.exception("internal error while accepting a request", extra={"id": flow.id})
         return _answer(flow, internal(exc))
-    return Exchange(flow)
+    return Exchange(gw, flow)
 
 
 for _path, _endpoint in COMPLETION_ROUTES.items():
     router.add_api_route(_path, bound_route(completion, _endpoint), methods=["POST"])
 
 
-async def _accept(flow: Flow, request: Request) -> None:
+async def _accept(gw: Gateway, flow: Flow, request: Request) -> None:
     """Fill in the flow: its task type, its checked call and its scheduler request."""
-    gw, endpoint, cfg = flow.gw, flow.endpoint, flow.gw.config
+    endpoint, cfg = flow.endpoint, gw.config
     flow.key = gw.access.client(request.scope)
     header = request.headers.get("x-saber-task")
     if header is not None:

@@ -45,8 +45,14 @@ FD_MARGIN = 64
 """Descriptors beyond the client and backend connections: files, the loop, logs."""
 
 
+def guard_for(app: GatewayApp) -> ConnectionGuard:
+    """The connection limits of ``app``'s gateway, read from the settings in force."""
+    gateway = app.gateway
+    return ConnectionGuard(lambda: gateway.config, gateway.metrics)
+
+
 def uvicorn_config(app: GatewayApp, guard: ConnectionGuard | None = None) -> uvicorn.Config:
-    guard = guard or ConnectionGuard(app.gateway)
+    guard = guard or guard_for(app)
     return uvicorn.Config(
         app,
         loop="auto",  # uvloop when installed
@@ -141,7 +147,7 @@ def serve(settings: GatewaySettings, sock: socket.socket | None = None) -> None:
     sock = sock or bind(cfg.host, cfg.port)
     nofile = raise_fd_limit(cfg.max_client_connections + cfg.backend.max_connections + FD_MARGIN)
     app = create_app(settings)
-    guard = ConnectionGuard(app.gateway)
+    guard = guard_for(app)
     if nofile is not None:
         guard.fd_cap = client_cap(nofile)
         log.warning(

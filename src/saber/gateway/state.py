@@ -47,9 +47,8 @@ class Gateway:
         self.tasks: dict[str, TaskType] = dict(cfg.tasks)
         self.resolver = TaskResolver(cfg)
         self.access = Access(cfg)
-        self.drain = Drain(self)
-        self.reloader = Reloader(self)
         self.metrics = GatewayMetrics(self.tasks)
+        self.reloader = Reloader(lambda: self.settings, self.apply, self.metrics)
         self.seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**32)
         self.policy = Policy.from_config(cfg)
         self.speed = settings.speed_model()
@@ -62,9 +61,16 @@ class Gateway:
             seed=self.seed,
             speed_sigma=settings.speed_sigma(),
         )
+        self.drain = Drain(lambda: self.config.drain_timeout_s, self.scheduler)
         self.metrics.watch(lambda: self.scheduler)
-        self.learning = Learning(self)
-        self.metrics.watch_learning(self.learning)
+        self.learning = Learning(
+            self.scheduler,
+            self.metrics,
+            self.speed,
+            lambda: self.config,
+            lambda: self.admission.now(),
+        )
+        self.metrics.watch_learning(self.scheduler, self.learning.profile_ratio, lambda: self.tasks)
         self.backend = BackendWatch(cfg.backend)
         self.passthrough = PassthroughGate(
             cfg.passthrough.max_concurrency, cfg.passthrough.queue_cap
