@@ -3,9 +3,7 @@
 
 from saber.config._errors import ConfigError
 from saber.config._gateway import (
-    DEFAULT_GATEWAY_CONFIG,
     DEFAULT_PROFILE_NAME,
-    ENV_VARS,
     AliasTarget,
     ApiKey,
     BackendSettings,
@@ -13,8 +11,8 @@ from saber.config._gateway import (
     PassthroughSettings,
     RefitSettings,
     TaskRule,
-    load_gateway_config,
 )
+from saber.config._gateway_load import DEFAULT_GATEWAY_CONFIG, ENV_VARS, load_gateway_config
 from saber.config._tasks import (
     DEFAULT_CONFIG_DIR,
     DEFAULT_PROFILE_DIR,

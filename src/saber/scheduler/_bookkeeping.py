@@ -1,0 +1,179 @@
+"""Who is where: the two tiers of queues, the running requests and the load they make.
+
+This part of ``Scheduler`` moves requests between the queues and the running set and
+keeps what that changes: the load, the clocks' readings at admission, the heap of
+running HPQ requests' required speeds. It decides nothing (``saber.scheduler._decide``
+does); it also says when a running request will have freed its slot.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from saber.scheduler._outcome import Outcome
+from saber.scheduler._queues import TaskQueues
+from saber.scheduler._request import MAX_TOKENS, Action, Decision, SchedRequest, Tier
+from saber.scheduler._speed_model import SpeedModel
+
+_FREE_GRID = np.concatenate(([0.0], np.geomspace(0.005, 3600.0, 160)))
+"""The times (s) at which ``time_to_free`` weighs the chance that a slot has freed."""
+PACE_MIN_TOKENS = 8
+PACE_MIN_S = 0.2
+"""A streaming request's own pace is trusted from this many tokens and seconds on."""
+
+
+class Bookkeeping(SpeedModel):
+    """The queues (HPQ and LPQ, per task), the running set and its load.
+
+    A mixin of ``Scheduler``, whose ``__init__`` sets the state declared here.
+    """
+
+    _hpq: TaskQueues
+    _lpq: TaskQueues
+    _high_running: int
+    _protect: list[tuple[float, str]]  # (-required speed, id) of running HPQ requests
+
+    # -- state -----------------------------------------------------------
+
+    @property
+    def load(self) -> int:
+        """Sequences admitted and not yet finished: the L of f(L). A request counts its
+        ``seqs`` (n completions of each prompt of a list)."""
+        return self._load
+
+    def queued(self, task: str | None = None, tier: Tier | None = None) -> int:
+        queues = [self._hpq, self._lpq] if tier is None else [self._queue(tier)]
+        if task is None:
+            return sum(len(q) for q in queues)
+        return sum(q.depth(task) for q in queues)
+
+    def is_running(self, req_id: str) -> bool:
+        return req_id in self._running
+
+    def is_queued(self, req_id: str) -> bool:
+        return req_id in self._hpq or req_id in self._lpq
+
+    def running(self) -> list[SchedRequest]:
+        return list(self._running.values())
+
+    def _queue(self, tier: Tier) -> TaskQueues:
+        return self._hpq if tier is Tier.HIGH else self._lpq
+
+    def _waiting(self) -> Iterable[SchedRequest]:
+        yield from self._hpq
+        yield from self._lpq
+
+    # -- admitting and leaving -------------------------------------------
+
+    def _start(self, req: SchedRequest, now: float, tier: Tier) -> Decision:
+        req.admitted_at = now
+        self._running[req.id] = req
+        self._load += req.seqs
+        self._at_admit[req.id] = (self._clock, self._area)
+        if tier is Tier.HIGH:
+            self._high_running += 1
+            # Recorded once, as the paper does: what this request needs from now on.
+            req.required_speed = req.required_speed_at(now)
+            heapq.heappush(self._protect, (-req.required_speed, req.id))
+        return Decision(Action.ADMIT, req, now, tier)
+
+    def _release(self, req_id: str, now: float) -> SchedRequest | None:
+        if req_id not in self._running:
+            return None
+        try:
+            self._tick(now)
+        finally:  # the slot is freed whatever the speed model does
+            self._at_admit.pop(req_id, None)
+            req = self._running.pop(req_id)
+            self._load -= req.seqs
+            if req.tier is Tier.HIGH:
+                self._high_running -= 1
+        return req
+
+    def _leave_queued(self, req: SchedRequest, now: float, outcome: Outcome) -> Decision:
+        req.outcome = outcome
+        return Decision(Action.REJECT, req, now, req.tier, outcome)
+
+    @staticmethod
+    def _peek(heap: list[tuple[float, str]], member: Callable[[str], bool]) -> float | None:
+        while heap and not member(heap[0][1]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _protected_speed(self) -> float:
+        """The highest required speed among running requests admitted from the HPQ."""
+        heap = self._protect
+        while heap and heap[0][1] not in self._running:
+            heapq.heappop(heap)
+        if len(heap) > 2 * len(self._running) + 64:
+            # Finished entries below a long-lived top are never popped: rebuild, so a
+            # gateway that runs for weeks keeps the heap the size of its load.
+            heap[:] = [e for e in heap if e[1] in self._running]
+            heapq.heapify(heap)
+        return -heap[0][0] if heap else 0.0
+
+    # -- when a slot frees -----------------------------------------------
+
+    def time_to_free(self, now: float, q: float = 0.5) -> float | None:
+        """Seconds from ``now`` by which a running request has finished and freed its
+        slot, with probability ``q``; None when nothing runs.
+
+        Each running request still has tokens to make: how many is uncertain, given
+        what it has made so far (learned lengths: the distribution whose mean is
+        ``lengths.remaining``; a request that has run past the mean is likely a long
+        one), and it makes them at its own pace since its first token when it
+        streams, else at f(L), with what it has made read off the token clock. The
+        first slot frees when the soonest of them ends: the ``q``-quantile of that
+        minimum. Without learned lengths, each request's expected remainder is
+        taken as certain.
+        """
+        if not self._running:
+            return None
+        speed = self.predicted_speed(self.load)
+        by_task: dict[str, list[tuple[float, float, float, float]]] = {}
+        for req in self._running.values():
+            if req.generated is not None:
+                made = float(req.generated)
+                pace = self._pace(req, now) or speed
+            else:
+                made = float(max(int(self._made(req, now)), 0))
+                pace = speed
+            cap = float(req.cap) if req.cap else float(MAX_TOKENS)
+            left = self.lengths.remaining(req.task, int(made), req.cap, req.tokens)
+            by_task.setdefault(req.task, []).append((made, cap, pace, left))
+        certain = np.inf  # the soonest certain end: a remainder taken as certain, or a cap
+        alive = np.ones_like(_FREE_GRID)  # P(no uncertain one has ended by each grid time)
+        for task, rows in by_task.items():
+            arr = np.array(rows, dtype=float)
+            made_a, cap_a, pace_a, left_a = (arr[:, i : i + 1] for i in range(4))
+            est = self.lengths.estimate(task)
+            if est is None:
+                certain = min(certain, float(np.min(np.maximum(left_a, 0.0) / pace_a)))
+            else:
+                alive *= np.prod(est.survival(made_a, cap_a, _FREE_GRID * pace_a), axis=0)
+                # It has ended by its cap at the latest.
+                certain = min(certain, float(np.min((cap_a - made_a) / pace_a)))
+        crossed = np.flatnonzero(alive <= 1.0 - q)
+        if not crossed.size:
+            return min(certain, float(_FREE_GRID[-1]))
+        k = int(crossed[0])
+        if k == 0:
+            return min(certain, float(_FREE_GRID[0]))
+        # Linear between the two grid times around the crossing.
+        t0, t1, a0, a1 = _FREE_GRID[k - 1], _FREE_GRID[k], alive[k - 1], alive[k]
+        frac = (a0 - (1.0 - q)) / (a0 - a1) if a0 > a1 else 1.0
+        return min(certain, float(t0 + frac * (t1 - t0)))
+
+    @staticmethod
+    def _pace(req: SchedRequest, now: float) -> float | None:
+        """Tokens per second a streaming request has made since its first token; None
+        until it has run long enough to tell (PACE_MIN_TOKENS, PACE_MIN_S)."""
+        if req.first_token_at is None or req.generated is None:
+            return None
+        elapsed = now - req.first_token_at
+        if req.generated < PACE_MIN_TOKENS or elapsed < PACE_MIN_S:
+            return None
+        return (req.generated - 1) / elapsed

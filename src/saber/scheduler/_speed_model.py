@@ -1,0 +1,185 @@
+"""The scheduler's belief about the backend's speed: f(L), scaled by its calibration.
+
+This part of ``Scheduler`` owns the speed model and the TTFT fit, their calibration
+and spread as finished requests teach them (``_learn``), and the token and load
+clocks that tell what the raw f(L) predicted for a request's run (``_at_admit``: the
+clocks when it was admitted). Everything the decision rule reads of the speed comes
+from here; changing it is what makes the demotion and expiry times stale.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from saber.config import TaskType
+from saber.scheduler._calibration import Calibration, Observation
+from saber.scheduler._chance import rounded_sigma
+from saber.scheduler._lengths import TaskLengths
+from saber.scheduler._policy import Policy
+from saber.scheduler._request import SchedRequest
+
+SpeedFn = Callable[[float], float]
+TTFTFn = Callable[[float, float], float]
+"""Time to first token (s) of a request with this many prompt tokens at this load."""
+
+REBUILD_AT = 0.1
+"""Demotion and expiry times are recomputed when the calibrated f(1) has fallen this
+much since they were, or what a task's requests need has grown this much (they come
+due later than they should). A change the other way needs nothing: each time is
+checked again, at the state of the moment, when it comes due."""
+
+
+class SpeedModel:
+    """f(L), the TTFT fit, their calibration and the clocks they are measured by.
+
+    A mixin of ``Scheduler``, whose ``__init__`` sets the state declared here; the
+    decision rule (``saber.scheduler._decide``) supplies the times it rebuilds.
+    """
+
+    policy: Policy
+    tasks: dict[str, TaskType]
+    lengths: TaskLengths
+    _ttft_fn: TTFTFn | None
+    _cal: Calibration
+    _sigma: float
+    # The token clock (tokens one request makes at the raw f(L)) and the load clock
+    # (the integral of L), both since the start, and their readings at each admission.
+    _clock: float
+    _area: float
+    _clock_at: float | None
+    _at_admit: dict[str, tuple[float, float]]
+    # What the clocks run at: the running requests and their sequences (the L).
+    _running: dict[str, SchedRequest]
+    _load: int
+    _times_f1: float  # the calibrated f(1) when the times were last computed
+
+    # -- the speed model -------------------------------------------------
+
+    def set_speed_model(self, speed: SpeedFn) -> None:
+        """Swap f(L), e.g. after a refit: the calibration starts again from 1 and the
+        demotion and expiry times are recomputed."""
+        f1 = float(speed(1.0))
+        if not f1 > 0:
+            raise ValueError(f"the speed model predicts f(1) = {f1}; it must be > 0")
+        self._speed = speed
+        self._f_at: dict[int, float] = {}
+        self._f1_raw = f1
+        self._cal.restart()
+        self._rebuild_times()
+
+    def set_ttft(self, ttft: TTFTFn | None) -> None:
+        """Swap the TTFT fit (a reload brought another profile)."""
+        self._ttft_fn = ttft
+        self._rebuild_times()
+
+    def set_calibration(self, value: float) -> None:
+        """Restore a calibration learned before (a restart); kept within its limits."""
+        self._cal.set(value)
+        self._rebuild_times()
+
+    @property
+    def calibration(self) -> float:
+        """What f(L) is scaled by: observed over predicted speed (1 without
+        ``calibrate``)."""
+        return self._cal.value if self.policy.calibrate else 1.0
+
+    @property
+    def speed_sigma(self) -> float:
+        """How far one request's speed strays from the prediction (std of its log)."""
+        return self._cal.sigma
+
+    @property
+    def observations(self) -> deque[Observation]:
+        return self._cal.observations
+
+    @property
+    def speed_model(self) -> SpeedFn:
+        return self._speed
+
+    def predicted_speed(self, load: float) -> float:
+        """f(L), calibrated: what one request is expected to get at load L."""
+        return self.calibration * float(self._speed(max(1.0, load)))
+
+    def _f(self, load: int) -> float:
+        """The raw f at an integer load, cached: the value rule asks for many loads."""
+        speed = self._f_at.get(load)
+        if speed is None:
+            speed = self._f_at[load] = float(self._speed(max(1.0, load)))
+        return speed
+
+    @property
+    def max_speed(self) -> float:
+        """f(1), calibrated: the fastest the backend can serve one request. Never below
+        the fastest request seen lately (no request runs faster than a lone one), so
+        an engine that seemed slow while busy is not predicted too slow when idle."""
+        return max(self.calibration * self._f1_raw, self._cal.fastest)
+
+    def _ttft(self, task: str, load: int) -> float:
+        """Predicted time to first token of a request of ``task`` at ``load``."""
+        if self._ttft_fn is None:
+            return 1.0 / self.predicted_speed(load)
+        known = self.tasks.get(task)
+        prompt = known.mean_input_tokens if known is not None else 0
+        return float(self._ttft_fn(prompt, load))
+
+    # -- learning from what finished (beyond the paper) -----------------
+
+    def _learn(self, req: SchedRequest, now: float, tokens: int) -> None:
+        self._tick(now)
+        self.lengths.observe(req.task, tokens // req.seqs or 1)
+        clock, area = self._at_admit[req.id]
+        took = now - (req.admitted_at if req.admitted_at is not None else now)
+        raw = self._clock - clock  # tokens the raw f(L) predicted over its run
+        if took <= 0 or raw <= 0:
+            return
+        load = max((self._area - area) / took, 1.0)
+        # A request of several sequences made its tokens in parallel.
+        per_seq = tokens / req.seqs
+        self._cal.learn(
+            at=now, load=load, speed=per_seq / took, expected=raw / took, tokens=int(per_seq)
+        )
+        self._sigma = rounded_sigma(self._cal.sigma)
+        if self.max_speed < (1.0 - REBUILD_AT) * self._times_f1 or self._needs_grew(req.task):
+            self._rebuild_times()
+
+    # -- the token and load clocks --------------------------------------
+
+    def _tick(self, now: float) -> None:
+        """Advance the clocks to ``now`` at the load that held since the last event."""
+        if self._clock_at is not None and now > self._clock_at and self._running:
+            dt = now - self._clock_at
+            self._clock += self._f(self._load) * dt
+            self._area += self._load * dt
+        if self._clock_at is None or now > self._clock_at:
+            self._clock_at = now
+
+    def _left(self, req: SchedRequest, now: float) -> float:
+        """Tokens a running request still has to generate: from its streamed count when
+        the relay reports one, else from the token clock."""
+        if req.generated is not None:
+            return self.lengths.remaining(req.task, req.generated, req.cap, req.tokens)
+        return req.tokens - self._made(req, now)
+
+    def _made(self, req: SchedRequest, now: float) -> float:
+        """Tokens a running request that reports nothing has made by ``now``, by the
+        token clock (calibrated)."""
+        return self.calibration * (self._clock_now(now) - self._at_admit[req.id][0])
+
+    def _clock_now(self, now: float) -> float:
+        """The token clock (tokens one request has made since the start, uncalibrated),
+        run forward to ``now``."""
+        if self._clock_at is not None and now > self._clock_at:
+            return self._clock + self._f(self._load) * (now - self._clock_at)
+        return self._clock
+
+    # -- what the decision rule supplies ---------------------------------
+
+    def _rebuild_times(self) -> None:
+        """Recompute the demotion and expiry times (``Decide``): the speed changed."""
+        raise NotImplementedError
+
+    def _needs_grew(self, task: str) -> bool:
+        """Whether what ``task``'s waiting requests need has outgrown their times
+        (``Decide``)."""
+        raise NotImplementedError
