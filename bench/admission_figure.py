@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from saber.config import load_gateway_config
-from saber.gateway.settings import settings_from_config
+from saber.gateway.control.settings import settings_from_config
 from saber.scheduler import Policy, SchedRequest, Scheduler, request_for
 
 TASK = "code_generation"

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from saber.config import DEFAULT_PROFILE_DIR, load_gateway_config, load_workloads
 from saber.engine import Engine, get_preset
-from saber.gateway.admission import RETRY_AFTER_QUANTILE, retry_after
+from saber.gateway.admission.driver import RETRY_AFTER_QUANTILE, retry_after
 from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler, TaskLengths
 from saber.sim import simulate
 from saber.speed import load_profile

@@ -111,9 +111,9 @@ def stub_process(gap_ms: float) -> Iterator[str]:
 
 
 def make_client(kind: str, limit: int) -> httpx.AsyncClient:
-    """Built as the gateway builds it (saber.gateway.upstream.make_client)."""
+    """Built as the gateway builds it (saber.gateway.upstream.client.make_client)."""
     from saber.config import BackendSettings
-    from saber.gateway.upstream import make_client as gateway_client
+    from saber.gateway.upstream.client import make_client as gateway_client
 
     return gateway_client(BackendSettings(transport=kind, max_connections=max(limit, 1024)))  # type: ignore[arg-type]
 

@@ -17,7 +17,7 @@ import yaml
 from deploy_support import IDE_DIR, REPO, Stack
 
 from saber.config import load_gateway_config
-from saber.gateway.tasks import TaskResolver
+from saber.gateway.edge.tasks import TaskResolver
 
 SHIPPED = load_gateway_config(env={})
 TASK_HEADER = "x-saber-task"

@@ -15,7 +15,7 @@ import httpx
 from harness import metric_value
 from saber import wire
 from saber.gateway import RunningGateway
-from saber.gateway.meter import StreamMeter
+from saber.gateway.exchange.meter import StreamMeter
 from saber.scheduler import Action, Decision
 
 STEPS = (

@@ -155,7 +155,7 @@ def test_metrics_name_keys_not_secrets(gw: RunningGateway) -> None:
 
 def test_tokens_are_compared_with_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """No early exit: the last key matches as the first does (constant work per token)."""
-    import saber.gateway.access as module
+    import saber.gateway.edge.access as module
 
     cfg = load_gateway_config(env={}, overrides={"api_keys": [f"sk-{i}" for i in range(50)]})
     access = module.Access(cfg)

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saber.config import TaskType
-from saber.gateway.admission import (
+from saber.gateway.admission.driver import (
     RETRY_AFTER_MARGIN_S,
     RETRY_AFTER_MAX_S,
     RETRY_AFTER_MIN_MS,

@@ -14,7 +14,7 @@ from gateway_support import GatewayFactory, sim_running
 
 from harness import metric_value, wait_for
 from saber.gateway import RunningGateway
-from saber.gateway.upstream import classify
+from saber.gateway.upstream.client import classify
 from saber.sim.http import RunningSim, serve_in_thread
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness import wait_for
 from saber import __version__
 from saber.gateway import RunningGateway
-from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.observe.logs import GATEWAY_LOGGER
 from saber.scheduler import SchedRequest
 from saber.sim.http import RunningSim, serve_in_thread
 

@@ -19,7 +19,7 @@ from saber.config import (
     load_gateway_config,
 )
 from saber.gateway.cli import main
-from saber.gateway.settings import load_settings
+from saber.gateway.control.settings import load_settings
 from saber.scheduler import Policy
 from saber.speed import ProfileError
 

@@ -21,7 +21,7 @@ import pytest
 from gateway_support import KNOWN, GatewayFactory
 
 from saber.gateway import RunningGateway
-from saber.gateway.admission import TraceEntry
+from saber.gateway.admission.driver import TraceEntry
 from saber.scheduler import Action, SchedRequest, Scheduler, Tier
 from saber.sim.http import RunningSim, serve_in_thread
 

@@ -13,11 +13,11 @@ from fake_vllm import MODEL, FakeVllm
 from gateway_support import GatewayFactory, requests_total, start_fake
 
 from saber.gateway import RunningGateway
-from saber.gateway.access_log import REQUEST_LOGGER
+from saber.gateway.edge.payload import parse
 from saber.gateway.errors import GatewayError
-from saber.gateway.payload import parse
+from saber.gateway.observe.logs import REQUEST_LOGGER
 
-DEPTH = 128  # saber.gateway.payload.MAX_DEPTH (named here so that the test runs on main)
+DEPTH = 128  # saber.gateway.edge.payload.MAX_DEPTH (named here so that the test runs on main)
 
 CHAT = b'"model": "%s", "messages": [{"role": "user", "content": "hi"}]' % MODEL.encode()
 PROMPT = b'"model": "%s", "prompt": "def f():"' % MODEL.encode()
@@ -148,7 +148,7 @@ def test_undecodable_bodies_are_400(raw: bytes) -> None:
 
 
 def test_a_deep_body_within_the_limit_passes() -> None:
-    from saber.gateway.payload import MAX_DEPTH
+    from saber.gateway.edge.payload import MAX_DEPTH
 
     assert MAX_DEPTH == DEPTH
     within = b'{"prompt": "x", "x": ' + b"[" * (DEPTH - 1) + b"]" * (DEPTH - 1) + b"}"

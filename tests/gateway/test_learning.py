@@ -15,8 +15,8 @@ from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import wait_for, write_profile
-from saber.gateway.access_log import GATEWAY_LOGGER, REQUEST_LOGGER
-from saber.gateway.learning import over_profile
+from saber.gateway.control.learning import over_profile
+from saber.gateway.observe.logs import GATEWAY_LOGGER, REQUEST_LOGGER
 from saber.scheduler import Observation
 from saber.sim.http import RunningSim
 from saber.speed import MODELS, USLModel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from saber.gateway.meter import StreamMeter
+from saber.gateway.exchange.meter import StreamMeter
 
 
 def chunk(obj: object) -> bytes:

@@ -12,8 +12,8 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from saber.gateway import Outcome, RunningGateway
-from saber.gateway.access_log import REQUEST_LOGGER, JsonFormatter
-from saber.gateway.outcomes import STATUS
+from saber.gateway.errors import STATUS
+from saber.gateway.observe.logs import REQUEST_LOGGER, JsonFormatter
 from saber.scheduler import Outcome as SchedOutcome
 from saber.sim.http import RunningSim
 

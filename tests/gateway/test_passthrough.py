@@ -14,7 +14,7 @@ from gateway_support import GatewayFactory
 from vllm_stub import MAX_MODEL_LEN, MODEL, Stub
 
 from harness import metric_value, serve_app
-from saber.gateway.passthrough import RELAYED
+from saber.gateway.routes.passthrough import RELAYED
 from saber.sim.http import RunningSim
 
 BODIES: dict[str, dict[str, object]] = {

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from saber.backend import BackendKind
-from saber.gateway.dialect import DIALECTS
+from saber.gateway.edge.payload import parse
 from saber.gateway.errors import GatewayError
-from saber.gateway.payload import parse
+from saber.gateway.upstream.dialect import DIALECTS
 
 LLAMACPP = DIALECTS[BackendKind.LLAMACPP]
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from saber.gateway.upstream import upstream_headers
+from saber.gateway.upstream.client import upstream_headers
 
 
 def test_hop_by_hop_and_private_headers_stay_at_the_gateway():
@@ -77,7 +77,7 @@ def test_proxy_headers_are_appended_and_cookies_dropped(gateway_factory: Gateway
 
 
 def test_forwarded_quotes_ipv6_and_joins_repeated_headers() -> None:
-    from saber.gateway.forwarding import headers as forwarded
+    from saber.gateway.edge.forwarding import headers as forwarded
 
     scope = {
         "headers": [(b"x-forwarded-for", b"10.0.0.1"), (b"x-forwarded-for", b"10.0.0.2")],

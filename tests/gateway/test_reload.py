@@ -25,7 +25,7 @@ from harness import (
 )
 from saber.config import DEFAULT_GATEWAY_CONFIG
 from saber.gateway import RunningGateway, load_settings, start_in_thread
-from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.observe.logs import GATEWAY_LOGGER
 from saber.sim.http import RunningSim
 from saber.speed import USLModel
 

@@ -21,7 +21,7 @@ from gateway_support import GatewayFactory, offered, requests_total, sim_running
 
 from harness import metric_value, wait_until
 from saber.gateway import RunningGateway
-from saber.gateway.access_log import REQUEST_LOGGER, JsonFormatter
+from saber.gateway.observe.logs import REQUEST_LOGGER, JsonFormatter
 from saber.sim.http import RunningSim, serve_in_thread
 
 

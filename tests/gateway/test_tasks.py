@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from saber.config import load_gateway_config
+from saber.gateway.edge.tasks import BACKEND_MODEL, TaskResolver
 from saber.gateway.errors import GatewayError
-from saber.gateway.tasks import BACKEND_MODEL, TaskResolver
 
 
 @pytest.fixture

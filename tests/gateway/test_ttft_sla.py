@@ -11,7 +11,7 @@ import pytest
 from gateway_support import GatewayFactory, settings_for
 
 from saber.gateway import start_in_thread
-from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.observe.logs import GATEWAY_LOGGER
 from saber.sim.http import RunningSim
 from saber.speed import TTFTFit, load_profile, save_profile
 

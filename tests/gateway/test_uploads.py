@@ -16,7 +16,7 @@ from gateway_support import GatewayFactory, requests_total, start_fake
 
 from harness import wait_for
 from saber.gateway import RunningGateway
-from saber.gateway.access_log import REQUEST_LOGGER
+from saber.gateway.observe.logs import REQUEST_LOGGER
 
 
 def connect(gw: RunningGateway) -> socket.socket:

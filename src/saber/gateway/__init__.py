@@ -5,9 +5,9 @@ and the profile; ``start_in_thread`` runs a real server in the background.
 """
 
 from saber.gateway.app import create_app
+from saber.gateway.assembly import Gateway
+from saber.gateway.control.settings import GatewaySettings, load_settings, settings_from_config
 from saber.gateway.server import RunningGateway, serve, start_in_thread
-from saber.gateway.settings import GatewaySettings, load_settings, settings_from_config
-from saber.gateway.state import Gateway
 from saber.scheduler import Outcome
 
 __all__ = [

@@ -14,12 +14,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from saber import wire
-from saber.gateway import passthrough
-from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.assembly import Gateway
+from saber.gateway.control.settings import GatewaySettings
 from saber.gateway.errors import internal
-from saber.gateway.routes import COMPLETION_ROUTES, completion, router
-from saber.gateway.settings import GatewaySettings
-from saber.gateway.state import Gateway
+from saber.gateway.observe.logs import GATEWAY_LOGGER
+from saber.gateway.routes import passthrough
+from saber.gateway.routes.endpoints import COMPLETION_ROUTES, completion, router
 
 log = logging.getLogger(GATEWAY_LOGGER)
 

@@ -1,4 +1,7 @@
-"""One gateway's live parts: scheduler, admission, upstream client, metrics."""
+"""One gateway assembled from its parts: scheduler, admission, upstream client, metrics,
+control. Only the routes, the exchange and the app see it; the parts are handed what
+they need.
+"""
 
 from __future__ import annotations
 
@@ -13,19 +16,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from saber.config import TaskType
-from saber.gateway.access import Access
-from saber.gateway.access_log import GATEWAY_LOGGER
-from saber.gateway.admission import Admission
-from saber.gateway.backend_watch import BackendWatch, control_client
-from saber.gateway.dialect import Dialect
-from saber.gateway.drain import Drain
-from saber.gateway.gate import PassthroughGate
-from saber.gateway.learning import Learning
-from saber.gateway.metrics import GatewayMetrics
-from saber.gateway.reload import Reloader
-from saber.gateway.settings import GatewaySettings
-from saber.gateway.tasks import TaskResolver
-from saber.gateway.upstream import BackendFailure, Upstream, make_client
+from saber.gateway.admission.driver import Admission
+from saber.gateway.admission.gate import PassthroughGate
+from saber.gateway.control.drain import Drain
+from saber.gateway.control.learning import Learning
+from saber.gateway.control.reload import Reloader
+from saber.gateway.control.settings import GatewaySettings
+from saber.gateway.edge.access import Access
+from saber.gateway.edge.tasks import TaskResolver
+from saber.gateway.observe.logs import GATEWAY_LOGGER
+from saber.gateway.observe.metrics import GatewayMetrics
+from saber.gateway.upstream.client import BackendFailure, Upstream, make_client
+from saber.gateway.upstream.dialect import Dialect
+from saber.gateway.upstream.watch import BackendWatch, control_client
 from saber.scheduler import Outcome, Policy, Scheduler
 
 log = logging.getLogger(GATEWAY_LOGGER)

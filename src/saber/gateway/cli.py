@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from saber._serving import bind
 from saber.config import DEFAULT_GATEWAY_CONFIG, ConfigError
-from saber.gateway import access_log
+from saber.gateway.control.settings import load_settings
+from saber.gateway.observe import logs as access_log
 from saber.gateway.server import serve
-from saber.gateway.settings import load_settings
 from saber.speed import ProfileError
 
 EXIT_BAD_SETTINGS = 2

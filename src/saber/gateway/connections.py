@@ -32,8 +32,8 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from saber import wire
 from saber.config import GatewayConfig
-from saber.gateway.access_log import GATEWAY_LOGGER
-from saber.gateway.metrics import GatewayMetrics
+from saber.gateway.observe.logs import GATEWAY_LOGGER
+from saber.gateway.observe.metrics import GatewayMetrics
 
 log = logging.getLogger(GATEWAY_LOGGER)
 

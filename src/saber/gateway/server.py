@@ -29,11 +29,11 @@ import httpx
 import uvicorn
 
 from saber._serving import bind, run_in_thread, stop_thread
-from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.gateway.app import GatewayApp, create_app
+from saber.gateway.assembly import Gateway
 from saber.gateway.connections import ConnectionGuard, GuardedProtocol
-from saber.gateway.settings import GatewaySettings
-from saber.gateway.state import Gateway
+from saber.gateway.control.settings import GatewaySettings
+from saber.gateway.observe.logs import GATEWAY_LOGGER
 
 log = logging.getLogger(GATEWAY_LOGGER)
 

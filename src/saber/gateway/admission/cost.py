@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from saber import wire
 from saber.config import TaskType
+from saber.gateway.edge.payload import Payload
 from saber.gateway.errors import invalid
-from saber.gateway.payload import Payload
 from saber.scheduler import SchedRequest, TaskLengths, request_for
 
 

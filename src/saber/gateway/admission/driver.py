@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from saber.gateway.access_log import GATEWAY_LOGGER
+from saber.gateway.observe.logs import GATEWAY_LOGGER
 from saber.scheduler import Action, Decision, Outcome, SchedRequest, Scheduler
 
 log = logging.getLogger(GATEWAY_LOGGER)

@@ -16,14 +16,14 @@ import logging
 from typing import Any
 
 from saber.config import TaskType
-from saber.gateway.access import Key
-from saber.gateway.access_log import GATEWAY_LOGGER, log_request
-from saber.gateway.admission import Admission
-from saber.gateway.honesty import overran
-from saber.gateway.metrics import GatewayMetrics
-from saber.gateway.outcomes import STATUS
-from saber.gateway.payload import Call
-from saber.gateway.tasks import Endpoint, Via
+from saber.gateway.admission.driver import Admission
+from saber.gateway.edge.access import Key
+from saber.gateway.edge.honesty import overran
+from saber.gateway.edge.payload import Call
+from saber.gateway.edge.tasks import Endpoint, Via
+from saber.gateway.errors import STATUS
+from saber.gateway.observe.logs import GATEWAY_LOGGER, log_request
+from saber.gateway.observe.metrics import GatewayMetrics
 from saber.scheduler import Decision, Outcome, SchedRequest
 
 log = logging.getLogger(GATEWAY_LOGGER)

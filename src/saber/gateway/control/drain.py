@@ -23,8 +23,8 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from saber.gateway.access_log import GATEWAY_LOGGER
 from saber.gateway.errors import GatewayError
+from saber.gateway.observe.logs import GATEWAY_LOGGER
 from saber.scheduler import Outcome, Scheduler
 
 log = logging.getLogger(GATEWAY_LOGGER)

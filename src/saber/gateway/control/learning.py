@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from saber.config import GatewayConfig
-from saber.gateway.access_log import GATEWAY_LOGGER
-from saber.gateway.metrics import GatewayMetrics
+from saber.gateway.observe.logs import GATEWAY_LOGGER
+from saber.gateway.observe.metrics import GatewayMetrics
 from saber.scheduler import Observation, Scheduler, SpeedFn
 from saber.speed import MODELS, LiveFit, SpeedModel
 

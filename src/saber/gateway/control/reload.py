@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from saber.config import DEFAULT_GATEWAY_CONFIG, ConfigError, GatewayConfig
-from saber.gateway.access_log import GATEWAY_LOGGER
-from saber.gateway.metrics import GatewayMetrics
-from saber.gateway.settings import GatewaySettings, reload_settings
+from saber.gateway.control.settings import GatewaySettings, reload_settings
+from saber.gateway.observe.logs import GATEWAY_LOGGER
+from saber.gateway.observe.metrics import GatewayMetrics
 from saber.speed import ProfileError
 
 log = logging.getLogger(GATEWAY_LOGGER)

@@ -25,8 +25,8 @@ from starlette.types import Scope
 
 from saber import wire
 from saber.config import GatewayConfig, TaskType
+from saber.gateway.edge.tasks import Via
 from saber.gateway.errors import GatewayError
-from saber.gateway.tasks import Via
 from saber.scheduler import Outcome
 
 PUBLIC_PATHS = frozenset({"/health/live", "/health/ready"})

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from saber.gateway.edge.tasks import Endpoint
 from saber.gateway.errors import invalid, quote
-from saber.gateway.tasks import Endpoint
 from saber.scheduler import MAX_TOKENS
 
 MAX_CHOICES = 16

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from starlette.types import Scope
 
-from saber.gateway.upstream import Header
+from saber.gateway.upstream.client import Header
 
 VIA_NAME = b"saber-gateway"
 _REPLACED = frozenset(

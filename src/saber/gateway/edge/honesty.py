@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from typing import Literal
 
 from saber.config import TaskType
-from saber.gateway.access import Key
+from saber.gateway.edge.access import Key
+from saber.gateway.edge.fields import CAPS
+from saber.gateway.edge.payload import Payload
+from saber.gateway.edge.tasks import Via
 from saber.gateway.errors import invalid
-from saber.gateway.fields import CAPS
-from saber.gateway.payload import Payload
-from saber.gateway.tasks import Via
 
 Mode = Literal["clamp", "reject", "off"]
 

@@ -21,10 +21,10 @@ from typing import Any
 from starlette.requests import Request
 
 from saber import wire
-from saber.gateway import fields
-from saber.gateway.dialect import VLLM, Dialect
+from saber.gateway.edge import fields
+from saber.gateway.edge.tasks import Endpoint
 from saber.gateway.errors import GatewayError, invalid, quote
-from saber.gateway.tasks import Endpoint
+from saber.gateway.upstream.dialect import VLLM, Dialect
 from saber.scheduler import Outcome
 
 MAX_DEPTH = 128

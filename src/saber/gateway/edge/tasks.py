@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from saber.config import GatewayConfig, TaskType
+from saber.gateway.edge.fim import is_fim
 from saber.gateway.errors import invalid, quote
-from saber.gateway.fim import is_fim
 
 Via = Literal["header", "alias", "rule", "default"]
 Endpoint = Literal["chat", "completions"]

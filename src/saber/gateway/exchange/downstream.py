@@ -10,11 +10,11 @@ from starlette.types import Send
 
 from saber import wire
 from saber.gateway.errors import GatewayError
-from saber.gateway.upstream import Header
+from saber.gateway.upstream.client import Header
 from saber.scheduler import Outcome
 
 if TYPE_CHECKING:
-    from saber.gateway.flow import Flow
+    from saber.gateway.admission.flow import Flow
 
 SSE_HEADERS: list[Header] = [
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -19,11 +19,17 @@ from typing import Any
 import httpx
 
 from saber import wire
-from saber.gateway.downstream import JSON_HEADERS, Downstream, Ending, error_ending, saber_headers
+from saber.gateway.admission.flow import Flow
 from saber.gateway.errors import GatewayError
-from saber.gateway.flow import Flow
-from saber.gateway.meter import StreamMeter
-from saber.gateway.upstream import BackendFailure, classify, downstream_headers
+from saber.gateway.exchange.downstream import (
+    JSON_HEADERS,
+    Downstream,
+    Ending,
+    error_ending,
+    saber_headers,
+)
+from saber.gateway.exchange.meter import StreamMeter
+from saber.gateway.upstream.client import BackendFailure, classify, downstream_headers
 from saber.scheduler import Outcome
 
 

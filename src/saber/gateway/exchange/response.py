@@ -20,8 +20,12 @@ import logging
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from saber.gateway.access_log import GATEWAY_LOGGER
-from saber.gateway.downstream import (
+from saber.gateway.admission.flow import Flow
+from saber.gateway.assembly import Gateway
+from saber.gateway.control.drain import drain_timeout_error, draining_error
+from saber.gateway.edge.payload import PATHS
+from saber.gateway.errors import GatewayError, internal
+from saber.gateway.exchange.downstream import (
     QUEUED,
     SSE_HEADERS,
     Downstream,
@@ -29,13 +33,9 @@ from saber.gateway.downstream import (
     error_ending,
     saber_headers,
 )
-from saber.gateway.drain import drain_timeout_error, draining_error
-from saber.gateway.errors import GatewayError, internal
-from saber.gateway.flow import Flow
-from saber.gateway.payload import PATHS
-from saber.gateway.relay import failed, relay
-from saber.gateway.state import Gateway
-from saber.gateway.upstream import BackendFailure
+from saber.gateway.exchange.relay import failed, relay
+from saber.gateway.observe.logs import GATEWAY_LOGGER
+from saber.gateway.upstream.client import BackendFailure
 from saber.scheduler import Action, Decision, Outcome, Tier
 
 log = logging.getLogger(GATEWAY_LOGGER)

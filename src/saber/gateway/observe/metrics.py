@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from saber.config import TaskType
-from saber.gateway.collectors import (
+from saber.gateway.observe.collectors import (
     BackendCollector,
     BackendView,
     LearningCollector,

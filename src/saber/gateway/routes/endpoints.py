@@ -10,20 +10,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
-from saber.gateway import forwarding, honesty
-from saber.gateway import payload as payloads
-from saber.gateway.access_log import GATEWAY_LOGGER
-from saber.gateway.cost import check_sequences, scheduler_request
-from saber.gateway.drain import draining_error
+from saber.gateway.admission.cost import check_sequences, scheduler_request
+from saber.gateway.admission.flow import Flow
+from saber.gateway.assembly import Gateway, bound_route, gateway_of
+from saber.gateway.control.drain import draining_error
+from saber.gateway.edge import forwarding, honesty
+from saber.gateway.edge import payload as payloads
+from saber.gateway.edge.payload import PATHS, Call
+from saber.gateway.edge.tasks import BACKEND_MODEL, Endpoint
 from saber.gateway.errors import GatewayError, internal, invalid
-from saber.gateway.exchange import Exchange
-from saber.gateway.flow import Flow
-from saber.gateway.models import answer_with_models, model_cards
-from saber.gateway.payload import PATHS, Call
-from saber.gateway.state import Gateway, bound_route, gateway_of
-from saber.gateway.status import status
-from saber.gateway.tasks import BACKEND_MODEL, Endpoint
-from saber.gateway.upstream import BackendFailure
+from saber.gateway.exchange.response import Exchange
+from saber.gateway.observe.logs import GATEWAY_LOGGER
+from saber.gateway.routes.models import answer_with_models, model_cards
+from saber.gateway.routes.status import status
+from saber.gateway.upstream.client import BackendFailure
 from saber.scheduler import Outcome
 
 log = logging.getLogger(GATEWAY_LOGGER)

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
 
+from saber.gateway.edge.tasks import TaskResolver
 from saber.gateway.errors import GatewayError
-from saber.gateway.tasks import TaskResolver
-from saber.gateway.upstream import BackendFailure
+from saber.gateway.upstream.client import BackendFailure
 
 if TYPE_CHECKING:
-    from saber.gateway.state import Gateway
+    from saber.gateway.assembly import Gateway
 
 ALIAS_OWNER = "saber-gateway"
 CARD_FIELDS = ("created", "max_model_len")

@@ -26,13 +26,18 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
 from saber import wire
-from saber.gateway import forwarding
+from saber.gateway.assembly import Gateway, bound_route, gateway_of
+from saber.gateway.edge import forwarding
+from saber.gateway.edge.payload import read_body
+from saber.gateway.edge.tasks import BACKEND_MODEL
 from saber.gateway.errors import GatewayError, invalid, quote
-from saber.gateway.models import answer_with_models, model_card
-from saber.gateway.payload import read_body
-from saber.gateway.state import Gateway, bound_route, gateway_of
-from saber.gateway.tasks import BACKEND_MODEL
-from saber.gateway.upstream import BackendFailure, classify, downstream_headers, upstream_headers
+from saber.gateway.routes.models import answer_with_models, model_card
+from saber.gateway.upstream.client import (
+    BackendFailure,
+    classify,
+    downstream_headers,
+    upstream_headers,
+)
 from saber.scheduler import Outcome
 
 RELAYED: dict[str, str] = {

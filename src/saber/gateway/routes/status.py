@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from saber.gateway.state import Gateway
+from saber.gateway.assembly import Gateway
 
 
 def status(gw: Gateway) -> dict[str, Any]:

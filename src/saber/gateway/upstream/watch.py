@@ -26,9 +26,9 @@ from saber import wire
 from saber.backend import BackendError, BackendInfo, BackendKind, BackendLoad, fetch_load
 from saber.backend import describe as describe_backend
 from saber.config import BackendSettings
-from saber.gateway.access_log import GATEWAY_LOGGER
-from saber.gateway.dialect import DIALECTS, Dialect
-from saber.gateway.upstream import KEEPALIVE_EXPIRY_S
+from saber.gateway.observe.logs import GATEWAY_LOGGER
+from saber.gateway.upstream.client import KEEPALIVE_EXPIRY_S
+from saber.gateway.upstream.dialect import DIALECTS, Dialect
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
