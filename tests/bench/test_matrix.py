@@ -6,10 +6,10 @@ import pytest
 
 from saber.bench import _grid
 from saber.bench._engines_file import load_engines
-from saber.bench._matrix import EngineFit, Matrix, MatrixRun, Point, PointResult, Served
-from saber.bench._matrix_summary import summarize_matrix, summary
 from saber.bench._offline import saturation_rate
 from saber.bench.cli import main
+from saber.bench.matrix.run import EngineFit, Matrix, MatrixRun, Point, PointResult, Served
+from saber.bench.matrix.summary import summarize_matrix, summary
 from saber.config import ConfigError, load_tasks, load_workloads
 from saber.engine import get_preset
 from saber.scheduler import Policy

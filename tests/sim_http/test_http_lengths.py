@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from saber.config import load_tasks
 from saber.sim.http.lengths import LengthSpec, OutputLengths, chat_prompt, completion_prompts
-from saber.sim.http.text import make_answer
+from saber.sim.http.responses.text import make_answer
 from saber.workload import CHAT_TOKENS_PER_MESSAGE, make_prompt, sample_output_tokens
 
 

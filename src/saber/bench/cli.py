@@ -27,8 +27,6 @@ from saber.bench._grid import (
     variant_kind,
     with_default,
 )
-from saber.bench._matrix_cmd import add_parser as add_matrix_parser
-from saber.bench._matrix_cmd import cmd_matrix
 from saber.bench._offline import DEFAULT_LEVELS, engine_profile, fit_variants, profile_engine
 from saber.bench._plots import write_all
 from saber.bench._progress import progress_bar
@@ -40,6 +38,8 @@ from saber.bench._scenarios import SCENARIOS, run_scenario, runs_per_scenario
 from saber.bench._scenarios import markdown as scenario_markdown
 from saber.bench._scenarios import summary as scenario_summary
 from saber.bench._summary import summarize_cells, summarize_workloads
+from saber.bench.matrix.cmd import add_parser as add_matrix_parser
+from saber.bench.matrix.cmd import cmd_matrix
 from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.engine import PRESETS, get_preset
 from saber.scheduler import TTFTFn

@@ -8,9 +8,6 @@ f(L) needs numpy only; fitting imports scipy when it runs.
 
 from saber.speed._base import SPEED_FLOOR, SpeedModel
 from saber.speed._errors import FitError, ParamError, ProfileError
-from saber.speed._linear import LinearModel
-from saber.speed._logdecay import LogDecayModel
-from saber.speed._logistic import LogisticModel
 from saber.speed._metrics import mape, mean_abs_pct_error, r2_score, r_squared
 from saber.speed._online import LiveFit, Refit
 from saber.speed._profile import (
@@ -29,9 +26,12 @@ from saber.speed._profile import (
 )
 from saber.speed._registry import MODELS, fit_model
 from saber.speed._select import TIE, FitReport, Selection, interior_levels, select_model
-from saber.speed._solo import SoloUSLModel
 from saber.speed._ttft import fit_ttft
-from saber.speed._usl import USLModel
+from saber.speed.curves.linear import LinearModel
+from saber.speed.curves.logdecay import LogDecayModel
+from saber.speed.curves.logistic import LogisticModel
+from saber.speed.curves.solo import SoloUSLModel
+from saber.speed.curves.usl import USLModel
 
 __all__ = [
     "MODELS",

@@ -5,11 +5,11 @@ from __future__ import annotations
 from numpy.typing import ArrayLike
 
 from saber.speed._base import SpeedModel
-from saber.speed._linear import LinearModel
-from saber.speed._logdecay import LogDecayModel
-from saber.speed._logistic import LogisticModel
-from saber.speed._solo import SoloUSLModel
-from saber.speed._usl import USLModel
+from saber.speed.curves.linear import LinearModel
+from saber.speed.curves.logdecay import LogDecayModel
+from saber.speed.curves.logistic import LogisticModel
+from saber.speed.curves.solo import SoloUSLModel
+from saber.speed.curves.usl import USLModel
 
 MODELS: dict[str, type[SpeedModel]] = {
     model.kind: model

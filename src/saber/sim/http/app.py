@@ -19,15 +19,20 @@ from saber import __version__
 from saber.engine import BLOCK_SIZE, Engine, get_preset
 from saber.sim.http.disconnect import ClientGone, EventStreamResponse, until_disconnect
 from saber.sim.http.driver import RealTimeDriver
-from saber.sim.http.errors import ApiError
-from saber.sim.http.faults import Faults
+from saber.sim.http.faults.injection import Faults
+from saber.sim.http.faults.listener import ListenerControl
 from saber.sim.http.generation import Generation
 from saber.sim.http.lengths import OutputLengths
-from saber.sim.http.listener import ListenerControl
 from saber.sim.http.metrics import SimMetrics
 from saber.sim.http.protocol import Generate, parse_chat, parse_completion, parse_json
+from saber.sim.http.responses.errors import ApiError
+from saber.sim.http.responses.streaming import (
+    ChatFormat,
+    CompletionFormat,
+    event_stream,
+    whole_response,
+)
 from saber.sim.http.settings import SimSettings
-from saber.sim.http.streaming import ChatFormat, CompletionFormat, event_stream, whole_response
 
 
 @dataclass

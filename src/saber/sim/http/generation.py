@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from saber.engine import EngineRequest
 from saber.sim.http.driver import RealTimeDriver
-from saber.sim.http.errors import ApiError
 from saber.sim.http.lengths import OutputLengths, Prompt
 from saber.sim.http.metrics import SimMetrics
 from saber.sim.http.protocol import Generate
-from saber.sim.http.text import Answer, make_answer
+from saber.sim.http.responses.errors import ApiError
+from saber.sim.http.responses.text import Answer, make_answer
 
 
 @dataclass

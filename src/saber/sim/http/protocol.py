@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from saber.sim.http.errors import ApiError
 from saber.sim.http.lengths import Prompt, chat_prompt, completion_prompts
+from saber.sim.http.responses.errors import ApiError
 
 
 class StreamOptions(BaseModel):

@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import TwoSlopeNorm
 
-from saber.bench._matrix import Matrix
-from saber.bench._matrix_summary import MatrixCell
+from saber.bench.matrix.run import Matrix
+from saber.bench.matrix.summary import MatrixCell
 
 PANELS = (
     ("mean_vs_best", "mean over loads, vs the best static B per load"),

@@ -12,10 +12,10 @@ from rich.console import Console
 from saber.bench._args import check_variants, csv
 from saber.bench._engines_file import load_engines
 from saber.bench._grid import OPTIONS
-from saber.bench._matrix import GRIDS, Matrix, run_matrix
-from saber.bench._matrix_plots import write_heatmaps
-from saber.bench._matrix_report import cells_markdown, markdown, summary_markdown, to_json
-from saber.bench._matrix_summary import summarize_matrix
+from saber.bench.matrix.plots import write_heatmaps
+from saber.bench.matrix.report import cells_markdown, markdown, summary_markdown, to_json
+from saber.bench.matrix.run import GRIDS, Matrix, run_matrix
+from saber.bench.matrix.summary import summarize_matrix
 from saber.config import ConfigError, load_gateway_config, load_tasks, load_workloads
 from saber.engine import PRESETS, EnginePreset
 

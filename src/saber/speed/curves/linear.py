@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from saber.speed._affine import AffineDecayModel
 from saber.speed._data import FloatArray
+from saber.speed.curves.affine import AffineDecayModel
 
 
 class LinearModel(AffineDecayModel):

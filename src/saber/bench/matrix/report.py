@@ -7,8 +7,10 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from saber.bench._matrix import Matrix, MatrixRun
-from saber.bench._matrix_summary import (
+from saber.bench._report import dumps
+from saber.bench._summary import json_name
+from saber.bench.matrix.run import Matrix, MatrixRun
+from saber.bench.matrix.summary import (
     TARGETS,
     VLLM,
     VLLM_STRUGGLES,
@@ -16,8 +18,6 @@ from saber.bench._matrix_summary import (
     MatrixCell,
     summary,
 )
-from saber.bench._report import dumps
-from saber.bench._summary import json_name
 
 
 def to_json(run: MatrixRun, cells: Sequence[MatrixCell]) -> str:

@@ -16,9 +16,9 @@ from http import HTTPStatus
 from typing import Any
 
 from saber import wire
-from saber.sim.http.errors import ApiError, error_body
-from saber.sim.http.faults import FaultDecision
+from saber.sim.http.faults.injection import FaultDecision
 from saber.sim.http.generation import Choice, Generation
+from saber.sim.http.responses.errors import ApiError, error_body
 
 
 class _Format:

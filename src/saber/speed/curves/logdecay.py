@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from saber.speed._affine import AffineDecayModel
 from saber.speed._data import FloatArray
+from saber.speed.curves.affine import AffineDecayModel
 
 
 class LogDecayModel(AffineDecayModel):

@@ -11,7 +11,7 @@ import numpy as np
 from saber.speed._base import SPEED_FLOOR, SpeedModel, as_vector
 from saber.speed._data import FitData, FloatArray
 from saber.speed._fitting import Problem
-from saber.speed._usl import check_usl, linearised_start
+from saber.speed.curves.usl import check_usl, linearised_start
 
 BONUS_LIMIT = 20.0
 """A lone request at most 21x as fast as the batched curve says: wider is a broken profile."""

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from saber.bench._matrix import MatrixRun, Served
 from saber.bench._summary import best_static, seed_means, static_of
+from saber.bench.matrix.run import MatrixRun, Served
 
 VLLM = "vllm"
 
