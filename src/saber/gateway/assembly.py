@@ -24,6 +24,7 @@ from saber.gateway.control.reload import Reloader
 from saber.gateway.control.settings import GatewaySettings
 from saber.gateway.edge.access import Access
 from saber.gateway.edge.tasks import TaskResolver
+from saber.gateway.observe.collectors import LearningCollector
 from saber.gateway.observe.logs import GATEWAY_LOGGER
 from saber.gateway.observe.metrics import GatewayMetrics
 from saber.gateway.upstream.client import BackendFailure, Upstream, make_client
@@ -73,7 +74,9 @@ class Gateway:
             lambda: self.config,
             lambda: self.admission.now(),
         )
-        self.metrics.watch_learning(self.scheduler, self.learning.profile_ratio, lambda: self.tasks)
+        self.metrics.watch_learning(
+            LearningCollector(self.scheduler, self.learning.profile_ratio, lambda: self.tasks)
+        )
         self.backend = BackendWatch(cfg.backend)
         self.passthrough = PassthroughGate(
             cfg.passthrough.max_concurrency, cfg.passthrough.queue_cap

@@ -7,7 +7,7 @@ the scheduler's state are read at scrape time, so they can never drift.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -167,39 +167,32 @@ class GatewayMetrics:
             ["key", "outcome"],
             registry=r,
         )
-        self.connections_refused = Counter(
+        self.connections_refused = _counter_of(
+            r,
             "saber_connections_refused",
             "Client connections closed by the gateway before a request: over "
             "max_client_connections (limit, answered 503) or headers not in within "
             "header_timeout_s (header_timeout, answered 408).",
-            ["reason"],
-            registry=r,
+            "reason",
+            ("limit", "header_timeout"),
         )
-        for reason in ("limit", "header_timeout"):
-            self.connections_refused.labels(reason)
         self.auth_failures = Counter(
             "saber_auth_failures",
             "Requests to routes other than the completions refused for want of a valid key "
             "(the completions count as outcome unauthorized).",
             registry=r,
         )
-        self.reloads = Counter(
+        self.reloads = _counter_of(
+            r,
             "saber_config_reloads",
             "Reloads of the config and the profile (SIGHUP or a change of the files): "
             "applied, or refused (the file was bad; the old settings stay).",
-            ["result"],
-            registry=r,
+            "result",
+            ("applied", "refused"),
         )
-        for result in ("applied", "refused"):
-            self.reloads.labels(result)
-        self.backend_errors = Counter(
-            "saber_backend_errors",
-            "Backend failures by kind.",
-            ["kind"],
-            registry=r,
+        self.backend_errors = _counter_of(
+            r, "saber_backend_errors", "Backend failures by kind.", "kind", BACKEND_ERROR_KINDS
         )
-        for kind in BACKEND_ERROR_KINDS:
-            self.backend_errors.labels(kind)
         self.speed_ratio = Histogram(
             "saber_speed_observed_over_predicted",
             "Per finished request: the speed it got over the speed f(L) (calibrated) "
@@ -320,15 +313,20 @@ class GatewayMetrics:
         )
         gauge.set_function(count)
 
-    def watch_learning(
-        self,
-        scheduler: Scheduler,
-        profile_ratio: Callable[[], float | None],
-        tasks: Callable[[], Mapping[str, TaskType]],
-    ) -> None:
+    def watch_learning(self, collector: LearningCollector) -> None:
         """Export what the closed loop has learned (calibration, lengths, the profile)."""
-        self.registry.register(LearningCollector(scheduler, profile_ratio, tasks))
+        self.registry.register(collector)
 
     def watch_backend(self, backend: BackendView) -> None:
         """Export what the gateway knows of its backend (engine, its own load)."""
         self.registry.register(BackendCollector(backend))
+
+
+def _counter_of(
+    registry: CollectorRegistry, name: str, doc: str, label: str, values: Iterable[str]
+) -> Counter:
+    """A counter by one label, each of whose ``values`` is exported from the start at 0."""
+    counter = Counter(name, doc, [label], registry=registry)
+    for value in values:
+        counter.labels(value)
+    return counter

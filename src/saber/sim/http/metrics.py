@@ -85,26 +85,24 @@ class SimMetrics:
             registry=reg,
         )
         self._labels = labels
-        self.ttft = Histogram(
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, LABELS, buckets=buckets, registry=reg)
+
+        self.ttft = histogram(
             "vllm:time_to_first_token_seconds",
             "Histogram of time to first token in seconds.",
-            LABELS,
-            buckets=TTFT_BUCKETS,
-            registry=reg,
+            TTFT_BUCKETS,
         ).labels(*labels)
-        self.e2e = Histogram(
+        self.e2e = histogram(
             "vllm:e2e_request_latency_seconds",
             "Histogram of e2e request latency in seconds.",
-            LABELS,
-            buckets=E2E_BUCKETS,
-            registry=reg,
+            E2E_BUCKETS,
         ).labels(*labels)
-        self.tpot = Histogram(
+        self.tpot = histogram(
             "vllm:time_per_output_token_seconds",
             "Histogram of time per output token in seconds.",
-            LABELS,
-            buckets=TPOT_BUCKETS,
-            registry=reg,
+            TPOT_BUCKETS,
         ).labels(*labels)
 
     def first_token(self, prompt_tokens: int, ttft_s: float) -> None:
