@@ -3,6 +3,7 @@ the demo, and anything that embeds them."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -62,3 +63,12 @@ def stop_thread(server: uvicorn.Server, thread: threading.Thread, timeout: float
     """Ask the server to exit and wait for its thread (at most ``timeout`` seconds)."""
     server.should_exit = True
     thread.join(timeout)
+
+
+async def cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background task and wait until it has ended (its cancellation swallowed)."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -18,7 +18,6 @@ This module does the rest, which needs a clock, a thread or a file:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -29,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from saber._serving import cancel_and_wait
 from saber.config import GatewayConfig
 from saber.gateway.observe.logs import GATEWAY_LOGGER
 from saber.gateway.observe.metrics import GatewayMetrics
@@ -129,10 +129,7 @@ class Learning:
             self._task = asyncio.create_task(self._loop(), name="saber-refit")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         self.drain()
         self._save_state()
 

@@ -19,13 +19,13 @@ running value kept.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from saber._serving import cancel_and_wait
 from saber.config import DEFAULT_GATEWAY_CONFIG, ConfigError, GatewayConfig
 from saber.gateway.control.settings import GatewaySettings, reload_settings
 from saber.gateway.observe.logs import GATEWAY_LOGGER
@@ -127,10 +127,7 @@ class Reloader:
             self._watch = asyncio.get_running_loop().create_task(self._loop(), name="saber-reload")
 
     async def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
+        await cancel_and_wait(self._watch)
 
     async def _loop(self) -> None:
         seen = self._stamps()

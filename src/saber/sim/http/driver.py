@@ -11,11 +11,11 @@ oversleeping does not add up. Only when the loop falls behind by more than
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from saber._serving import cancel_and_wait
 from saber.engine import Engine, EngineRequest, StepResult
 
 log = logging.getLogger("saber.sim.http")
@@ -81,11 +81,8 @@ class RealTimeDriver:
         self._task = asyncio.create_task(self._run(), name="saber-sim-engine")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         assert self._wake is not None
