@@ -157,7 +157,10 @@ def test_the_curve_follows_an_engine_restarted_slower(
             f"{after['observed_over_profile']} (must be < 0.8), observed/predicted "
             f"{after['observed_over_predicted']} (must be within 0.10 of 1)"
         )
-    assert restarted and restarted[0]["f1_new"] < 0.8 * restarted[0]["f1_old"]
+    # The curve in use at the end (the last swap's) is the slower engine's. The first swap
+    # after the restart is fitted on a window still two-thirds the old engine's, so it
+    # moves only part of the way (seen: f(1) 114.3 -> 94.3, then 43.6, then 53.7).
+    assert restarted and restarted[-1]["f1_new"] < 0.8 * restarted[0]["f1_old"]
     # The profile no longer describes the engine, and the gateway knows it ...
     assert after["observed_over_profile"] < 0.8
     # ... while what it predicts for each request is again within 10%.
