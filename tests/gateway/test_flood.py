@@ -91,8 +91,13 @@ def test_flood_follows_algorithm_1(gateway_factory: GatewayFactory, slow_sim: Ru
 
 
 def flood(gw: RunningGateway, sim: RunningSim) -> list[str]:
+    # All at once: threads started one by one on a busy machine once spread the flood so
+    # thinly that every held request found a slot in time (no demotion at all).
+    start = threading.Barrier(N_REQUESTS, timeout=30)
+
     def one(i: int) -> str:
         task = "tight" if i % 4 == 0 else "flood"
+        start.wait()
         # A flood request really generates 300 tokens while the gateway expects 100
         # (its task's expectation caps max_tokens), so no slot frees up for at least
         # 300 / 260 s: whatever is held back meanwhile must become hopeless.

@@ -33,9 +33,10 @@ def test_interrupt_then_resume(
         "--model", "sim", "--dataset", str(dataset), "--levels", "1,2,4,8",
         "--requests-per-level", "20", "--out", str(out), "--no-plot", "--no-progress",
     ]  # fmt: skip
-    # Time scale 2: the second rounds of levels 2 and 1, left when 8 and 4 have ended,
-    # take a few seconds; at 4 the run once ended before the interrupt reached it.
-    with serve_in_thread(time_scale=2.0, served_model_name=("sim",), seed=1) as sim:
+    # Real time: the second rounds of levels 2 and 1, left when 8 and 4 have ended, take
+    # about 6 s, in which the interrupt must arrive. At time scales 4 and 2 (3 s) the run
+    # once ended first, each on a quiet 2-core machine.
+    with serve_in_thread(time_scale=1.0, served_model_name=("sim",), seed=1) as sim:
         proc = subprocess.Popen(
             [sys.executable, "-m", "saber.profile", "--base-url", sim.url, *args],
             stdout=subprocess.PIPE,
