@@ -100,8 +100,9 @@ def test_profile_llamacpp(
     busy = f"load average {os.getloadavg()} on {os.cpu_count()} CPUs"
     # The curve explains the level means. The per-request R^2 (printed) also counts how
     # much one request's speed strays from its level's on a shared 2-core machine: 0.972
-    # in one run, 0.927 in the next, with the level means fitted at 0.997 both times.
-    assert best.level_r2 >= 0.98, busy
+    # in one run, 0.927 in the next, with the level means fitted at 0.997 both times
+    # (0.988 to 0.998 over three runs).
+    assert best.level_r2 >= 0.97, busy
     model = profile.speed_model()
     # The curve the engine really has, a lone request included (docs/profile.md).
     for level, mean in means.items():
