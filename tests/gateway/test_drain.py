@@ -26,6 +26,9 @@ from saber.sim.http import RunningSim, serve_in_thread
 SHORT, LONG = 400, 4000
 STREAMS = 40
 DRAIN_S = 10.0
+# The gateway's loop (uvloop) keeps its timers in whole milliseconds: its drain timer fired
+# 0.27 ms before DRAIN_S had passed on the test's clock once.
+TIMER_SLACK_S = 0.005
 
 
 @pytest.fixture
@@ -172,9 +175,9 @@ def test_sigterm_with_40_streams_in_flight(
             event = s.error_event()
             assert event is not None and event["code"] == 503
             assert "drain_timeout_s" in event["message"]
-            assert s.ended is not None and s.ended - sigterm >= DRAIN_S
+            assert s.ended is not None and s.ended - sigterm >= DRAIN_S - TIMER_SLACK_S
         assert code == 0, gateway.log_tail()
-        assert DRAIN_S <= exited < DRAIN_S + 8
+        assert DRAIN_S - TIMER_SLACK_S <= exited < DRAIN_S + 8
 
         ready, live, late = probes["ready"], probes["live"], probes["late"]
         assert ready.status_code == 503 and ready.json() == {"status": "draining"}
