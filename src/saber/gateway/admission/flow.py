@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from saber.config import TaskType
@@ -40,11 +41,11 @@ class Flow:
         metrics: GatewayMetrics,
         endpoint: Endpoint,
         *,
-        log_requests: bool,
+        log_requests: Callable[[], bool],
     ) -> None:
         self.admission = admission
         self.metrics = metrics
-        self.log_requests = log_requests  # as configured when it arrived
+        self.log_requests = log_requests  # read at its finish: a reload may change it
         self.clock = admission.now
         self.arrival = self.clock()  # the one arrival stamp: deadline, wait, TTFT, latency
         self.id = admission.new_id()
@@ -191,7 +192,7 @@ def _account(
         m.overruns.inc()
     if flow.key is not None:
         metrics.key_requests.labels(flow.key.name, outcome.value).inc()
-    if flow.log_requests:
+    if flow.log_requests():
         fields = _fields(flow, outcome, status, error, queue_s, ttft, latency, sla_met)
         fields["key"] = flow.key.name if flow.key is not None else None
         fields["overrun"] = overrun

@@ -37,7 +37,7 @@ COMPLETION_ROUTES: dict[str, Endpoint] = {path: endpoint for endpoint, path in P
 async def completion(gw: Gateway, request: Request, endpoint: Endpoint) -> Response:
     """Accept a completion request: stamp its arrival, check and classify it, and hand
     it to an Exchange; or answer it at once. Either way its flow is finalized once."""
-    flow = Flow(gw.admission, gw.metrics, endpoint, log_requests=gw.config.log_requests)
+    flow = Flow(gw.admission, gw.metrics, endpoint, log_requests=lambda: gw.config.log_requests)
     try:
         if gw.drain.draining:
             raise draining_error()
