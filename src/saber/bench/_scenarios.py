@@ -73,41 +73,39 @@ class Scenario:
         return workloads[self.workload]
 
 
+def _bursty(workload: str, rps: float) -> Scenario:
+    """Gamma arrivals with CV 3 for 400 s: bursts around a steady mean."""
+    requests = round(400 * rps)
+    return Scenario(
+        f"bursty-{workload}",
+        f"{workload}, {requests:,} requests: gamma arrivals with CV 3 at {rps:g} RPS on average",
+        workload,
+        ((400.0, rps),),
+        ("all",),
+        arrival="gamma",
+        cv=3.0,
+    )
+
+
+def _step(workload: str, low: float, burst: float, recovery: float) -> Scenario:
+    """A load step: 2 min low, a 30 s burst, 2.5 min back at a higher steady rate."""
+    return Scenario(
+        f"step-{workload}",
+        f"{workload}: 2 min at {low:g} RPS, a 30 s burst at {burst:g} RPS, "
+        f"then 2.5 min at {recovery:g} RPS",
+        workload,
+        ((120.0, low), (30.0, burst), (150.0, recovery)),
+        ("low", "burst", "recovery"),
+    )
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
-        Scenario(
-            "bursty-W3",
-            "W3, 2,400 requests: gamma arrivals with CV 3 at 6 RPS on average",
-            "W3",
-            ((400.0, 6.0),),
-            ("all",),
-            arrival="gamma",
-            cv=3.0,
-        ),
-        Scenario(
-            "bursty-W1",
-            "W1, 1,600 requests: gamma arrivals with CV 3 at 4 RPS on average",
-            "W1",
-            ((400.0, 4.0),),
-            ("all",),
-            arrival="gamma",
-            cv=3.0,
-        ),
-        Scenario(
-            "step-W3",
-            "W3: 2 min at 3 RPS, a 30 s burst at 20 RPS, then 2.5 min at 6 RPS",
-            "W3",
-            ((120.0, 3.0), (30.0, 20.0), (150.0, 6.0)),
-            ("low", "burst", "recovery"),
-        ),
-        Scenario(
-            "step-W1",
-            "W1: 2 min at 2 RPS, a 30 s burst at 12 RPS, then 2.5 min at 4 RPS",
-            "W1",
-            ((120.0, 2.0), (30.0, 12.0), (150.0, 4.0)),
-            ("low", "burst", "recovery"),
-        ),
+        _bursty("W3", 6.0),
+        _bursty("W1", 4.0),
+        _step("W3", 3.0, 20.0, 6.0),
+        _step("W1", 2.0, 12.0, 4.0),
         Scenario(
             "drift-profile",
             "W3 at 4 RPS for 8 min on an engine 1.5x slower than the profile says",
@@ -138,11 +136,9 @@ SCENARIOS: dict[str, Scenario] = {
             "W3",
             ((360.0, 4.0),),
             ("all",),
-            lengths=(
-                ("code_generation", 2.0),
-                ("code_translation", 2.0),
-                ("code_qna", 2.0),
-                ("code_summary", 2.0),
+            lengths=tuple(
+                (task, 2.0)
+                for task in ("code_generation", "code_translation", "code_qna", "code_summary")
             ),
         ),
         Scenario(

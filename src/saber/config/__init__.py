@@ -13,6 +13,7 @@ from saber.config._gateway import (
     TaskRule,
 )
 from saber.config._gateway_load import DEFAULT_GATEWAY_CONFIG, ENV_VARS, load_gateway_config
+from saber.config._options import add_config_file
 from saber.config._tasks import (
     DEFAULT_CONFIG_DIR,
     DEFAULT_PROFILE_DIR,
@@ -40,6 +41,7 @@ __all__ = [
     "TaskRule",
     "TaskType",
     "Workload",
+    "add_config_file",
     "load_gateway_config",
     "load_tasks",
     "load_workloads",

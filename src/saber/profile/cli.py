@@ -22,10 +22,10 @@ from pathlib import Path
 from rich.console import Console
 
 from saber.config import (
-    DEFAULT_CONFIG_DIR,
     ConfigError,
     TaskType,
     Workload,
+    add_config_file,
     load_tasks,
     load_workloads,
 )
@@ -132,20 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--resume", action="store_true", help="continue the run kept in OUT.points.jsonl"
     )
-    parser.add_argument(
-        "--tasks",
-        type=Path,
-        default=DEFAULT_CONFIG_DIR / "tasks.yaml",
-        metavar="FILE",
-        help="task types judged in the feasibility report (default configs/tasks.yaml)",
-    )
-    parser.add_argument(
-        "--workloads",
-        type=Path,
-        default=DEFAULT_CONFIG_DIR / "workloads.yaml",
-        metavar="FILE",
-        help="task mixes (default configs/workloads.yaml)",
-    )
+    add_config_file(parser, "tasks", "task types judged in the feasibility report")
+    add_config_file(parser, "workloads", "task mixes")
     parser.add_argument(
         "--timeout",
         type=float,

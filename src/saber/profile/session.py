@@ -22,6 +22,7 @@ import asyncio
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -62,30 +63,24 @@ OUTLIER = 0.20
 backend was stalled or crowded out then. Closer ones are all kept and averaged."""
 
 
+@dataclass(eq=False)
 class Session:
     """Runs the levels of ``settings`` against the backend, appending to ``points``."""
 
-    def __init__(
-        self,
-        settings: RunSettings,
-        supply: Supply,
-        points: PointsFile,
-        *,
-        api_key: str | None = None,
-        timeout_s: float = 600.0,
-        console: Console | None = None,
-        progress: bool = True,
-        poll_s: float = 0.2,
-    ) -> None:
-        self.settings, self.supply, self.points = settings, supply, points
-        root = root_url(settings.base_url)
-        self.target = Target(root, settings.model, settings.endpoint, api_key)
-        self.timeout_s = timeout_s
-        self.console = console or Console(stderr=True)
-        self.show_progress = progress
-        self.poll_s = poll_s
-        self.result = SessionResult()
-        self._spread_warned: set[int] = set()
+    settings: RunSettings
+    supply: Supply
+    points: PointsFile
+    api_key: str | None = field(default=None, kw_only=True)
+    timeout_s: float = field(default=600.0, kw_only=True)
+    console: Console = field(default_factory=lambda: Console(stderr=True), kw_only=True)
+    progress: bool = field(default=True, kw_only=True)
+    poll_s: float = field(default=0.2, kw_only=True)
+    result: SessionResult = field(init=False, default_factory=SessionResult)
+    _spread_warned: set[int] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        root = root_url(self.settings.base_url)
+        self.target = Target(root, self.settings.model, self.settings.endpoint, self.api_key)
 
     async def run(self) -> SessionResult:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
@@ -342,7 +337,7 @@ class Session:
             TextColumn("ETA"),
             TimeRemainingColumn(),
             console=self.console,
-            disable=not self.show_progress,
+            disable=not self.progress,
             transient=False,
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from saber.config import TaskType
@@ -73,38 +74,34 @@ def simulate(
     unknown = {r.task for r in trace} - set(tasks)
     if unknown:
         raise ValueError(f"unknown task type(s): {', '.join(sorted(unknown))}")
-    run = _Run(trace, engine, tasks, scheduler, trust_max_tokens)
-    run.refit = refit
-    run.drift = sorted(drift, key=lambda change: change[0])
+    drift_in_order = sorted(drift, key=lambda change: change[0])
+    run = _Run(trace, engine, tasks, scheduler, trust_max_tokens, refit, drift_in_order)
     run.loop()
     return run.result()
 
 
+@dataclass(eq=False)
 class _Run:
-    def __init__(
-        self,
-        trace: list[TraceRequest],
-        engine: Engine,
-        tasks: Mapping[str, TaskType],
-        scheduler: AdmissionScheduler | None,
-        trust_max_tokens: bool,
-    ) -> None:
-        self.trace = trace
-        self.engine = engine
-        self.tasks = tasks
-        self.scheduler = scheduler
-        self.trust_max_tokens = trust_max_tokens
-        self.by_id = {r.id: r for r in trace}
-        self.next = 0  # index of the next arrival
-        self.admitted_at: dict[str, float] = {}
-        self.in_engine: dict[str, EngineRequest] = {}
-        self.demoted: set[str] = set()
-        self.rejected: set[str] = set()
-        self.calls = 0
-        self.polled_wake = -math.inf
-        self.refit: LiveFit | None = None
-        self.drift: list[tuple[float, EnginePreset]] = []
-        self.swaps: list[float] = []
+    """One simulation's state: the trace's cursor, who is where, and what was decided."""
+
+    trace: list[TraceRequest]
+    engine: Engine
+    tasks: Mapping[str, TaskType]
+    scheduler: AdmissionScheduler | None
+    trust_max_tokens: bool
+    refit: LiveFit | None
+    drift: list[tuple[float, EnginePreset]]
+    next: int = 0  # index of the next arrival
+    admitted_at: dict[str, float] = field(default_factory=dict)
+    in_engine: dict[str, EngineRequest] = field(default_factory=dict)
+    demoted: set[str] = field(default_factory=set)
+    rejected: set[str] = field(default_factory=set)
+    calls: int = 0
+    polled_wake: float = -math.inf
+    swaps: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.by_id = {r.id: r for r in self.trace}
 
     # -- events ----------------------------------------------------------
 

@@ -98,26 +98,26 @@ class GatewayMetrics:
             ["task", "outcome"],
             registry=r,
         )
-        self.queue_wait = Histogram(
+        self.queue_wait = _per_task(
+            r,
+            Histogram,
             "saber_queue_wait_seconds",
             "Time from arrival to admission (or leaving the queue).",
-            ["task"],
             buckets=_SECONDS,
-            registry=r,
         )
-        self.ttft = Histogram(
+        self.ttft = _per_task(
+            r,
+            Histogram,
             "saber_time_to_first_token_seconds",
             "Time from arrival to the first generated token (streams).",
-            ["task"],
             buckets=_SECONDS,
-            registry=r,
         )
-        self.latency = Histogram(
+        self.latency = _per_task(
+            r,
+            Histogram,
             "saber_request_duration_seconds",
             "End-to-end latency of served requests, queueing included.",
-            ["task"],
             buckets=_SECONDS,
-            registry=r,
         )
         self.sla = Counter(
             "saber_sla_requests",
@@ -133,32 +133,32 @@ class GatewayMetrics:
             ["task", "tier"],
             registry=r,
         )
-        self.demotions = Counter(
+        self.demotions = _per_task(
+            r,
+            Counter,
             "saber_demotions",
             "Requests demoted to the low-priority queue (deadline out of reach).",
-            ["task"],
-            registry=r,
         )
-        self.speed = Histogram(
+        self.speed = _per_task(
+            r,
+            Histogram,
             "saber_request_speed_tokens_per_second",
             "Observed per-sequence generation speed: a request's tokens / its sequences / "
             "time since admission (what f(L) predicts).",
-            ["task"],
             buckets=_SPEED,
-            registry=r,
         )
-        self.tokens = Counter(
+        self.tokens = _per_task(
+            r,
+            Counter,
             "saber_generated_tokens",
             "Tokens generated for clients (every sequence of a request).",
-            ["task"],
-            registry=r,
         )
-        self.overruns = Counter(
+        self.overruns = _per_task(
+            r,
+            Counter,
             "saber_task_overrun",
             "Requests that generated more tokens than their task type's max_tokens for each "
             "of their sequences.",
-            ["task"],
-            registry=r,
         )
         self.key_requests = Counter(
             "saber_key_requests",
@@ -320,6 +320,17 @@ class GatewayMetrics:
     def watch_backend(self, backend: BackendView) -> None:
         """Export what the gateway knows of its backend (engine, its own load)."""
         self.registry.register(BackendCollector(backend))
+
+
+def _per_task(
+    registry: CollectorRegistry,
+    kind: type[Counter] | type[Histogram],
+    name: str,
+    doc: str,
+    **options: Any,
+) -> Any:
+    """A counter or histogram labelled by task type alone."""
+    return kind(name, doc, ["task"], registry=registry, **options)
 
 
 def _counter_of(

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from saber._serving import cancel_and_wait
 from saber.engine import Engine, EngineRequest, StepResult
@@ -25,28 +26,23 @@ log = logging.getLogger("saber.sim.http")
 Sink = Callable[[int, bool, str | None], None]
 
 
+@dataclass(eq=False)
 class RealTimeDriver:
     """Owns an ``Engine`` and the asyncio task that steps it in real time."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        *,
-        time_scale: float = 1.0,
-        resync_s: float = 0.25,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        self.engine = engine
-        self.time_scale = time_scale
-        self.resync_s = resync_s
-        self.clock = clock
-        self._sleep = sleep
-        self._origin = clock()
-        self._sinks: dict[str, Sink] = {}
-        self._busy = False  # a step has run since the engine was last idle
-        self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
+    engine: Engine
+    time_scale: float = field(default=1.0, kw_only=True)
+    resync_s: float = field(default=0.25, kw_only=True)
+    clock: Callable[[], float] = field(default=time.monotonic, kw_only=True)
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, kw_only=True)
+    _origin: float = field(init=False)
+    _sinks: dict[str, Sink] = field(init=False, default_factory=dict)
+    _busy: bool = field(init=False, default=False)  # a step ran since the engine was idle
+    _wake: asyncio.Event | None = field(init=False, default=None)
+    _task: asyncio.Task[None] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self._origin = self.clock()
 
     # -- clock -------------------------------------------------------------
 
@@ -103,7 +99,7 @@ class RealTimeDriver:
             self._busy = True
             delay = self.wall_at(result.end) - self.clock()
             if delay > 0:
-                await self._sleep(delay)
+                await self.sleep(delay)
             self._deliver(result)
 
     def _step_start(self) -> float:
