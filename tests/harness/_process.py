@@ -1,20 +1,23 @@
 """One engine server process: started, health-checked, stopped by its PID.
 
 The engine runs in its own session (process group), so that stopping it also
-reaches the workers it forks (vLLM's engine core), and nothing outlives the tests.
+reaches the workers it forks (vLLM's engine core), and nothing outlives the tests:
+not an interrupted run (atexit), and not a killed one either (the kernel sends the
+engine SIGTERM when the test process dies, however it dies).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import signal
 import socket
 import subprocess
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -23,6 +26,8 @@ import httpx
 from harness._cache import cache_dir, tail
 
 _LIVE: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: the forked child only calls it
+_PR_SET_PDEATHSIG = 1
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -105,6 +110,7 @@ class EngineProcess:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,
+                preexec_fn=_die_with_parent(os.getpid()),
             )
         _LIVE.add(self)
         if self.nice:
@@ -243,6 +249,21 @@ def _shared_memory(pgid: int) -> set[Path]:
                 if at >= 0:
                     found.add(Path(line[at:].removesuffix(" (deleted)")))
     return found
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """In the forked child, before exec: SIGTERM when the test process dies. Its own
+    session keeps Ctrl-C from the engine, and atexit does not run when the test process
+    is killed (a CI timeout, the OOM killer, ci_repeat's subprocess interrupted): without
+    this an engine of GBs would outlive the run. The setting survives exec (nice,
+    taskset, the engine); the workers the engine forks go when it stops them."""
+
+    def in_child() -> None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: nobody would signal
+            os._exit(1)
+
+    return in_child
 
 
 def _group_alive(pgid: int) -> bool:
