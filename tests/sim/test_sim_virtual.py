@@ -8,7 +8,7 @@ import pytest
 
 from saber.config import load_tasks, load_workloads
 from saber.engine import Engine, get_preset
-from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler, TaskLengths
+from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler, TaskLengths, Tier
 from saber.sim import simulate
 from saber.workload import TraceRequest, generate_trace
 
@@ -121,6 +121,36 @@ def test_scheduler_decides_when_requests_reach_the_engine():
     assert all(recs[rid].finished_at == t for rid, t in sched.finished)
     assert sched.times == sorted(sched.times)  # the scheduler's clock never runs back
     assert len(res.records) == 4 and not res.unfinished
+
+
+def test_the_admitting_tier_becomes_the_engine_priority():
+    seen: dict[str, int] = {}
+
+    class SpyEngine(Engine):
+        def add(self, req):
+            seen[req.id] = req.priority
+            super().add(req)
+
+    class Tiered(DelayScheduler):
+        """Admits task ``slow`` from the low tier, as SABER does demoted work."""
+
+        def poll(self, now):
+            low = Tier.LOW
+            return [
+                Decision(d.action, d.request, d.at, low if d.request.task == "slow" else d.tier)
+                for d in super().poll(now)
+            ]
+
+    reqs = [
+        TraceRequest("a", "code_qna", 0.0, 50, 10, 10),
+        TraceRequest("s", "slow", 0.1, 50, 10, 10),
+        TraceRequest("c", "code_qna", 0.2, 50, 10, 10),
+    ]
+    tasks = {**TASKS, "slow": TASKS["code_qna"].model_copy(update={"name": "slow"})}
+    engine = SpyEngine(PAPER, scheduling_policy="priority")
+    res = simulate(reqs, engine, tasks=tasks, scheduler=Tiered(delay=0.5))
+    assert seen == {"a": 0, "s": 1, "c": 0}
+    assert not res.unfinished
 
 
 def test_the_scheduler_is_told_the_true_length_only_when_max_tokens_is_trusted():

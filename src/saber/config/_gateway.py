@@ -45,6 +45,11 @@ class BackendSettings(BaseModel):
     connect_timeout_s: float = Field(default=2.0, gt=0)
     read_timeout_s: float = Field(default=600.0, gt=0, description="longest silence upstream")
     max_connections: int = Field(default=1024, ge=1)
+    forward_priority: bool = Field(
+        default=False,
+        description="send the admission tier as vLLM's request priority (0 on time, 1 "
+        "demoted); for vllm serve --scheduling-policy priority",
+    )
     transport: Literal["httpx", "aiohttp"] = Field(
         default="aiohttp",
         description="aiohttp under the httpx API (httpx-aiohttp), or httpx's own pool; "

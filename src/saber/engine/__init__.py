@@ -5,7 +5,7 @@ efficiency factors) turns a batch into a step time. Nothing here knows about the
 clock, the scheduler or HTTP.
 """
 
-from saber.engine._engine import Engine
+from saber.engine._engine import Engine, SchedulingPolicy
 from saber.engine._preset import BLOCK_SIZE, EnginePreset
 from saber.engine._presets import PAPER, PRESETS, UnknownPresetError, get_preset
 from saber.engine._request import EngineRequest, StepResult
@@ -22,6 +22,7 @@ __all__ = [
     "EngineRequest",
     "Hardware",
     "ModelSpec",
+    "SchedulingPolicy",
     "StepResult",
     "UnknownPresetError",
     "get_preset",

@@ -7,8 +7,10 @@ the same object; only the clock differs.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
+from typing import Literal
 
 from saber.engine._preset import BLOCK_SIZE, EnginePreset
 from saber.engine._request import EngineRequest, StepResult
@@ -16,6 +18,14 @@ from saber.engine._request import EngineRequest, StepResult
 
 def _blocks(tokens: int) -> int:
     return -(-tokens // BLOCK_SIZE)
+
+
+def _rank(req: EngineRequest) -> tuple[int, float]:
+    """vLLM's order under the priority policy: lower priority value, then earlier arrival."""
+    return req.priority, req.arrival
+
+
+SchedulingPolicy = Literal["fcfs", "priority"]
 
 
 class Engine:
@@ -31,6 +41,12 @@ class Engine:
     the front of the waiting queue, and when readmitted it prefills its prompt and
     everything it had generated again. A step that completes a prefill samples that
     request's next token (its first, unless it was preempted).
+
+    ``scheduling_policy="priority"`` is vLLM's ``--scheduling-policy priority``: the
+    waiting queue is kept in (priority, arrival) order, a preempted request rejoins
+    it in that order, and the victim is the running request last in that order,
+    wherever it sits in the batch (if this step already scheduled it, its share of
+    the step is given back). Under ``"fcfs"`` priorities are ignored.
     """
 
     def __init__(
@@ -40,7 +56,12 @@ class Engine:
         max_num_seqs: int = 256,
         max_num_batched_tokens: int = 2048,
         kv_capacity_tokens: int | None = None,
+        scheduling_policy: SchedulingPolicy = "fcfs",
     ) -> None:
+        if scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(
+                f"scheduling_policy must be 'fcfs' or 'priority', not {scheduling_policy!r}"
+            )
         if max_num_seqs < 1:
             raise ValueError("max_num_seqs must be >= 1")
         if max_num_batched_tokens < max_num_seqs:
@@ -52,6 +73,8 @@ class Engine:
         self.preset = preset
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.scheduling_policy: SchedulingPolicy = scheduling_policy
+        self._by_priority = scheduling_policy == "priority"
         self.num_blocks = capacity // BLOCK_SIZE
         self._free = self.num_blocks
         self._running: list[EngineRequest] = []  # in admission order
@@ -116,7 +139,10 @@ class Engine:
                 f"exceed the KV cache ({self.num_blocks * BLOCK_SIZE} tokens)"
             )
         self._known[req.id] = req
-        self._waiting.append(req)
+        if self._by_priority:
+            bisect.insort_right(self._waiting, req, key=_rank)
+        else:
+            self._waiting.append(req)
 
     def abort(self, req_id: str) -> bool:
         """Drop a waiting or running request and free its KV cache (the client left).
@@ -179,7 +205,22 @@ class Engine:
                 new = budget
             need = -(-(computed + new) // BLOCK_SIZE) - req.blocks
             while need > self._free:
-                victim = running.pop()
+                if self._by_priority:
+                    victim = max(running, key=_rank)
+                    at = running.index(victim)
+                    del running[at]
+                    if at < i:  # scheduled earlier in this step: un-schedule it
+                        # batch[at] is its entry; its computed count changes only
+                        # after the loop, so what the entry added can be taken back.
+                        _, given = batch.pop(at)
+                        was = victim.computed
+                        budget += given
+                        tokens -= given
+                        context -= was + given
+                        pairs -= given * was + given * (given + 1) // 2
+                        i -= 1
+                else:
+                    victim = running.pop()
                 self._preempt(victim, result)
                 preempted = True
                 if victim is req:
@@ -310,7 +351,10 @@ class Engine:
         self._release(req)
         req.preemptions += 1
         self.total_preemptions += 1
-        self._waiting.appendleft(req)
+        if self._by_priority:
+            bisect.insort_right(self._waiting, req, key=_rank)
+        else:
+            self._waiting.appendleft(req)
         result.preempted.append(req.id)
 
     def _release(self, req: EngineRequest) -> None:

@@ -10,13 +10,16 @@ class EngineRequest:
     """One generation: ``prompt_tokens`` in, exactly ``output_tokens`` out.
 
     The engine updates the mutable fields as steps run; times are the end of the
-    step that produced the event, in the caller's clock.
+    step that produced the event, in the caller's clock. ``priority`` is vLLM's:
+    lower is served first, and only an engine with ``scheduling_policy="priority"``
+    looks at it.
     """
 
     id: str
     prompt_tokens: int
     output_tokens: int
     arrival: float = 0.0
+    priority: int = 0
     generated: int = 0
     first_token_at: float | None = None
     finished_at: float | None = None

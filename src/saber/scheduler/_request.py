@@ -13,6 +13,12 @@ class Tier(StrEnum):
     HIGH = "high"
     LOW = "low"
 
+    @property
+    def engine_priority(self) -> int:
+        """vLLM's request priority for work admitted from this tier (lower is served
+        first): demoted work ranks below work that can still be on time."""
+        return 0 if self is Tier.HIGH else 1
+
 
 class Action(StrEnum):
     """What a decision does to a request."""

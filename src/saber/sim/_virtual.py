@@ -15,7 +15,15 @@ from typing import Protocol
 
 from saber.config import TaskType
 from saber.engine import Engine, EnginePreset, EngineRequest
-from saber.scheduler import Action, Decision, SchedRequest, Scheduler, TaskLengths, request_for
+from saber.scheduler import (
+    Action,
+    Decision,
+    SchedRequest,
+    Scheduler,
+    TaskLengths,
+    Tier,
+    request_for,
+)
 from saber.sim._records import SimRecord, SimResult
 from saber.speed import LiveFit, SpeedModel
 from saber.workload import TraceRequest
@@ -55,7 +63,9 @@ def simulate(
     step each running request's generated count goes to ``scheduler.progress``, as
     the gateway does with each streamed frame. ``trust_max_tokens`` tells the
     scheduler that a request's ``max_tokens`` is its true length (the paper's oracle
-    set-up); otherwise it estimates, as the gateway does.
+    set-up); otherwise it estimates, as the gateway does. A request admitted from the
+    low (demoted) tier reaches the engine with priority 1, others with 0, as the
+    gateway forwards them; only an engine under the priority policy looks.
 
     ``refit`` refits the scheduler's speed model on what finished requests
     observed, inline, as the gateway does in the background, and swaps it in when it
@@ -148,15 +158,23 @@ class _Run:
         for d in decisions:
             rid = d.request.id
             if d.action is Action.ADMIT:
-                self.admit(rid, d.at)
+                self.admit(rid, d.at, d.tier)
             elif d.action is Action.DEMOTE:
                 self.demoted.add(rid)
             elif d.action is Action.REJECT:
                 self.rejected.add(rid)
 
-    def admit(self, rid: str, at: float) -> None:
+    def admit(self, rid: str, at: float, tier: Tier = Tier.HIGH) -> None:
+        """Hand ``rid`` to the engine. Its tier becomes vLLM's priority (demoted work
+        ranks below), which only an engine under the priority policy looks at."""
         req = self.by_id[rid]
-        ereq = EngineRequest(rid, req.prompt_tokens, req.output_tokens, arrival=req.arrival)
+        ereq = EngineRequest(
+            rid,
+            req.prompt_tokens,
+            req.output_tokens,
+            arrival=req.arrival,
+            priority=tier.engine_priority,
+        )
         self.engine.add(ereq)
         self.in_engine[rid] = ereq
         self.admitted_at[rid] = at

@@ -25,7 +25,7 @@ from saber.gateway.edge import fields
 from saber.gateway.edge.tasks import Endpoint
 from saber.gateway.errors import GatewayError, invalid, quote
 from saber.gateway.upstream.dialect import VLLM, Dialect
-from saber.scheduler import Outcome
+from saber.scheduler import Outcome, Tier
 
 MAX_DEPTH = 128
 """Arrays and objects nested deeper than this are refused (JSON Schemas in tools
@@ -91,6 +91,16 @@ class Call:
     body: bytes  # what goes upstream
     headers: list[tuple[bytes, bytes]]  # the client's, raw
     dialect: Dialect  # the backend's, when the request arrived
+
+    def body_for(self, tier: Tier, forward_priority: bool) -> bytes:
+        """What goes upstream once admitted from ``tier``: with ``forward_priority`` and
+        an engine that reads it, the tier as vLLM's request ``priority``, so that its
+        own scheduler admits on-time work first and preempts demoted work first."""
+        if not (forward_priority and self.dialect.reads_priority):
+            return self.body
+        body = json.loads(self.body)
+        body["priority"] = tier.engine_priority
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:

@@ -150,7 +150,8 @@ class Exchange(Response):
             await out.write(f": {label} queue_ms={flow.queue_s() * 1000:.1f}\n\n".encode())
         call = flow.call
         assert call is not None
-        request = gw.upstream.request(PATHS[call.endpoint], call.body, call.headers)
+        body = call.body_for(decision.tier, gw.config.backend.forward_priority)
+        request = gw.upstream.request(PATHS[call.endpoint], body, call.headers)
         try:
             async with gw.upstream.open(request) as resp:
                 return await relay(flow, resp, out, label)

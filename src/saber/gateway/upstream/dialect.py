@@ -15,6 +15,8 @@ llama-server (the source vendored by llama-cpp-python 0.3.36):
   finishing chunk, asked or not. So for llama.cpp that usage is left where it is
   (the client would have had it without the gateway); for vLLM it is usage the
   gateway added, taken out again unless the client asked for it.
+- ``priority``: vLLM's request priority (lower is served first, under
+  ``--scheduling-policy priority``; ignored under fcfs). llama.cpp has none.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ class Dialect:
     reads_n_predict: bool
     usage_on_final_choice: bool
     """The engine itself puts usage on chunks that carry choices: leave it there."""
+    reads_priority: bool
 
 
 DIALECTS: dict[BackendKind, Dialect] = {
-    BackendKind.VLLM: Dialect(BackendKind.VLLM, True, False, False),
-    BackendKind.SIM: Dialect(BackendKind.SIM, True, False, False),
-    BackendKind.LLAMACPP: Dialect(BackendKind.LLAMACPP, False, True, True),
+    BackendKind.VLLM: Dialect(BackendKind.VLLM, True, False, False, True),
+    BackendKind.SIM: Dialect(BackendKind.SIM, True, False, False, True),
+    BackendKind.LLAMACPP: Dialect(BackendKind.LLAMACPP, False, True, True, False),
 }
 VLLM = DIALECTS[BackendKind.VLLM]

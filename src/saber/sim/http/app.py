@@ -68,6 +68,7 @@ def create_app(settings: SimSettings | None = None) -> FastAPI:
         max_num_seqs=settings.max_num_seqs,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         kv_capacity_tokens=settings.kv_capacity_tokens,
+        scheduling_policy=settings.scheduling_policy,
     )
     kv_tokens = engine.num_blocks * BLOCK_SIZE
     if settings.max_model_len > kv_tokens:
@@ -154,6 +155,7 @@ def create_app(settings: SimSettings | None = None) -> FastAPI:
             "kv_cache_usage": e.kv_usage,
             "engine_time": sim.driver.engine_now(),
             "time_scale": settings.time_scale,
+            "scheduling_policy": e.scheduling_policy,
         }
 
     return app

@@ -86,6 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="KV-cache size in tokens (default: what the preset's GPU memory leaves)",
     )
     engine.add_argument(
+        "--scheduling-policy",
+        choices=["fcfs", "priority"],
+        default=d.scheduling_policy,
+        help="the scheduling policy to use: 'fcfs' (first come, first served; a request's "
+        "priority is ignored) or 'priority' (requests are handled by their 'priority' "
+        "field, lower values earlier, ties by arrival time; the lowest-priority running "
+        "request is preempted first)",
+    )
+    engine.add_argument(
         "--max-model-len",
         type=int,
         default=d.max_model_len,
@@ -160,6 +169,7 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         kv_capacity_tokens=args.kv_capacity_tokens,
+        scheduling_policy=args.scheduling_policy,
         max_model_len=args.max_model_len,
         time_scale=args.time_scale,
         seed=args.seed,

@@ -101,6 +101,7 @@ class Generation:
                 id=choice.engine_id,
                 prompt_tokens=choice.prompt.tokens,
                 output_tokens=choice.answer.tokens,
+                priority=self.params.priority,
             )
             try:
                 self._driver.submit(req, self._sink(choice))

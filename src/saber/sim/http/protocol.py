@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from saber.sim.http.lengths import Prompt, chat_prompt, completion_prompts
 from saber.sim.http.responses.errors import ApiError
@@ -35,6 +35,9 @@ class _Body(BaseModel):
     ignore_eos: bool = False
     min_tokens: int = 0
     include_stop_str_in_output: bool = False
+    # vLLM's: lower is served earlier under --scheduling-policy priority. Strict, so
+    # that "1", 1.5 or true is a 400 rather than a silent coercion.
+    priority: StrictInt = 0
 
 
 class CompletionBody(_Body):
@@ -61,6 +64,7 @@ class Generate:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    priority: int = 0  # each choice's engine priority; fcfs ignores it
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -173,6 +177,7 @@ def _finish(
         stream=bool(body.stream),
         include_usage=bool(opts and opts.include_usage),
         continuous_usage=bool(opts and opts.include_usage and opts.continuous_usage_stats),
+        priority=body.priority,
     )
 
 

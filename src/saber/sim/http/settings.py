@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from saber.engine import get_preset
 from saber.sim.http.lengths import LengthSpec
@@ -43,6 +44,7 @@ class SimSettings:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     kv_capacity_tokens: int | None = None
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
     max_model_len: int = 32768
     time_scale: float = 1.0
     seed: int = 0
@@ -54,6 +56,8 @@ class SimSettings:
         get_preset(self.preset)  # raises UnknownPresetError with the known names
         if isinstance(self.served_model_name, str):
             object.__setattr__(self, "served_model_name", (self.served_model_name,))
+        if self.scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError("scheduling_policy must be 'fcfs' or 'priority'")
         if self.time_scale <= 0:
             raise ValueError("time_scale must be > 0")
         if self.max_model_len < 2:
