@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -322,13 +322,12 @@ class GatewayMetrics:
         self.registry.register(BackendCollector(backend))
 
 
+_Metric = TypeVar("_Metric", Counter, Histogram)
+
+
 def _per_task(
-    registry: CollectorRegistry,
-    kind: type[Counter] | type[Histogram],
-    name: str,
-    doc: str,
-    **options: Any,
-) -> Any:
+    registry: CollectorRegistry, kind: type[_Metric], name: str, doc: str, **options: Any
+) -> _Metric:
     """A counter or histogram labelled by task type alone."""
     return kind(name, doc, ["task"], registry=registry, **options)
 
