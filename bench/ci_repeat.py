@@ -2,9 +2,15 @@
 
 Each run is ``python -m pytest ARGS --junitxml=OUT/run-I.xml`` from the repository
 root, its output in ``OUT/run-I.log``. At the end: each run's exit status, wall time,
-load average at its start and pytest's summary line; then, per test that did not pass
-in every run, ``passed/N`` and, for each run it failed, the first line of the failure
-message. Exit status 1 if any run failed (pytest's own status was not 0), else 0.
+load average at its start, the checkout it ran on and pytest's summary line; then, per
+test that did not pass in every run, ``passed/N`` and, for each run it failed, the first
+line of the failure message. Exit status 1 if any run failed (pytest's own status was
+not 0), else 0.
+
+The checkout is the commit, with a digest of any uncommitted change to tracked files
+(``abc1234+5f3e2a``). A run during which it changed (a ``git pull`` in the clone under
+test) is flagged: Python had loaded some files before the change and read others after,
+so its result belongs to no single commit.
 
 ``--load`` keeps every core busy while the runs go on: one CPU-burning process per core
 (``--load-procs``), each stopping when this script ends (it watches its parent) or after
@@ -23,6 +29,7 @@ not only those that failed somewhere).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import subprocess
 import sys
@@ -54,6 +61,12 @@ class Run:
     load_at_start: float
     summary: str  # pytest's last line ("12 passed in 3.1s")
     outcomes: dict[str, tuple[str, str]] = field(default_factory=dict)  # id: (outcome, message)
+    checkout: str = "?"  # at its start
+    checkout_after: str = "?"
+
+    @property
+    def checkout_changed(self) -> bool:
+        return self.checkout != self.checkout_after
 
     @property
     def failed(self) -> bool:
@@ -117,17 +130,34 @@ def last_line(log: Path) -> str:
     return lines[-1] if lines else ""
 
 
+def checkout_state() -> str:
+    """The commit under test, with a digest of uncommitted changes to tracked files;
+    ``?`` outside a git checkout."""
+    try:
+        head = _git("rev-parse", "--short", "HEAD").decode().strip()
+        diff = _git("diff", "HEAD")
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return head + (f"+{hashlib.sha1(diff).hexdigest()[:6]}" if diff else "")
+
+
+def _git(*args: str) -> bytes:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, check=True).stdout
+
+
 def run_once(index: int, pytest_args: list[str], out: Path) -> Run:
     xml, log = out / f"run-{index}.xml", out / f"run-{index}.log"
     argv = [sys.executable, "-m", "pytest", *pytest_args, f"--junitxml={xml}"]
     argv += ["-o", "junit_family=xunit1"]  # carries each test's file: its node id
     load = os.getloadavg()[0]
+    checkout = checkout_state()
     started = time.monotonic()
     with log.open("w") as sink:
         done = subprocess.run(argv, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT)
     wall = time.monotonic() - started
     outcomes = read_junit(xml) if xml.exists() else {}
-    return Run(index, done.returncode, wall, load, last_line(log), outcomes)
+    summary = last_line(log)
+    return Run(index, done.returncode, wall, load, summary, outcomes, checkout, checkout_state())
 
 
 def start_load(procs: int, max_s: float) -> list[subprocess.Popen[bytes]]:
@@ -150,11 +180,19 @@ def stop_load(burners: list[subprocess.Popen[bytes]]) -> None:
 
 def report(runs: list[Run], show_all: bool) -> str:
     n = len(runs)
-    lines = ["run  status  wall      load  pytest"]
+    width = max(len("checkout"), *(len(_checkout(r)) for r in runs))
+    lines = [f"run  status  wall      load  {'checkout':<{width}}  pytest"]
     for r in runs:
         status = "ok" if not r.failed else f"rc={r.returncode}"
         lines.append(
-            f"{r.index:>3}  {status:<6}  {r.wall_s:7.1f}s  {r.load_at_start:4.1f}  {r.summary}"
+            f"{r.index:>3}  {status:<6}  {r.wall_s:7.1f}s  {r.load_at_start:4.1f}  "
+            f"{_checkout(r):<{width}}  {r.summary}"
+        )
+    changed = [r.index for r in runs if r.checkout_changed]
+    if changed:
+        lines.append(
+            f"the checkout changed during run(s) {changed}: their results belong to no "
+            "single commit"
         )
     ids = sorted({test for r in runs for test in r.outcomes})
     rows = []
@@ -176,6 +214,12 @@ def report(runs: list[Run], show_all: bool) -> str:
     if no_xml:
         lines.append(f"runs without a junit XML (pytest did not get that far): {no_xml}")
     return "\n".join(lines)
+
+
+def _checkout(run: Run) -> str:
+    if run.checkout_changed:
+        return f"{run.checkout}->{run.checkout_after}"
+    return run.checkout
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -86,7 +86,10 @@ def test_runs_a_table_of_what_failed_and_a_failing_exit(
     rows = [line.split() for line in lines if line[:4].strip() in {"1", "2"}]
     assert [(r[0], r[1]) for r in rows] == [("1", "rc=1"), ("2", "ok")]
     assert all(r[2].endswith("s") and float(r[2][:-1]) > 0 for r in rows)  # wall times
-    assert rows[0][4:] == ["1", "failed,", "3", "passed,", "1", "skipped", "in", rows[0][-1]]
+    checkout = ci.checkout_state()
+    assert all(r[4] == checkout for r in rows)  # the commit under test ("?" outside git)
+    assert rows[0][5:] == ["1", "failed,", "3", "passed,", "1", "skipped", "in", rows[0][-1]]
+    assert "checkout changed" not in printed
     assert "4 of 5 tests passed (or were skipped) in all 2 runs" in printed
     flaky = [i for i, line in enumerate(lines) if line.endswith("::test_first_run_fails")]
     assert len(flaky) == 1 and lines[flaky[0]].split() == [
@@ -103,6 +106,26 @@ def test_runs_a_table_of_what_failed_and_a_failing_exit(
     assert "2/2  test_sample.py::TestGrouped::test_param[2]" in table
     assert "2/2  test_sample.py::test_skipped" in table
     assert "1/2  test_sample.py::test_first_run_fails" in table
+
+
+def test_a_run_during_which_the_checkout_changed_is_flagged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A git pull in the clone under test while a run goes on: seen once, a run whose
+    process had loaded the old config schema and then read the new config file."""
+    ci = load()
+    states = iter(["abc1234", "abc1234", "abc1234", "def5678", "def5678", "def5678"])
+    monkeypatch.setattr(ci, "checkout_state", lambda: next(states))
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_one.py").write_text("def test_one():\n    pass\n")
+    argv = ["3", "--out", str(tmp_path / "o"), str(suite), "-p", "no:cacheprovider"]
+    assert ci.main(argv) == 0
+    table = (tmp_path / "o" / "summary.txt").read_text().splitlines()
+    assert [line.split()[4] for line in table[1:4]] == ["abc1234", "abc1234->def5678", "def5678"]
+    assert table[4] == (
+        "the checkout changed during run(s) [2]: their results belong to no single commit"
+    )
 
 
 def test_load_keeps_the_cores_busy_and_stops_with_the_runs(
