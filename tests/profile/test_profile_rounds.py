@@ -111,6 +111,25 @@ def test_a_slowed_round_is_measured_again_and_left_out(engine: FakeEngine, tmp_p
     assert profile.speed_model().predict(4.0) == pytest.approx(engine.curve.predict(4.0), rel=0.08)
 
 
+def test_of_three_rounds_the_one_far_off_is_replaced_and_left_out(
+    engine: FakeEngine, tmp_path: Path
+) -> None:
+    """Seen on llama.cpp: rounds of 76.4, 51.9 and 76.1 tokens/s. The two kept agree, so the
+    level looked settled, and the slow round stayed in the fit (its level-mean R^2 0.956)."""
+    engine.slow_visits = {(2, 1)}
+    out = tmp_path / "p.json"
+    profile = profile_backend(
+        "http://fake", "m", out, dataset=write_dataset(tmp_path / "d.jsonl"),
+        levels=[1, 2, 4], requests_per_level=12, rounds=3,
+    )  # fmt: skip
+    recorded = read_points(points_path(out))
+    assert recorded.dropped == {(2, 1)}
+    assert {p.round for p in recorded.counted(2)} == {0, 2, 3}  # a fourth visit replaced it
+    assert [recorded.measured(level) for level in (1, 2, 4)] == [12, 12, 12]
+    assert profile.profiling is not None and profile.profiling.remeasured_levels == [2]
+    assert profile.speed_model().predict(2.0) == pytest.approx(engine.curve.predict(2.0), rel=0.08)
+
+
 def test_rounds_a_little_apart_are_all_kept_and_averaged(
     engine: FakeEngine, tmp_path: Path
 ) -> None:

@@ -13,7 +13,8 @@ the machine) then falls on a part of several levels rather than on the whole of
 one, and a slow drift cancels between the way up and the way down. A level whose
 rounds disagree by more than ``AGREEMENT`` is visited again (at most
 ``EXTRA_ROUNDS`` times), so that its mean averages more spells of whatever the
-machine was doing; a round far off the others (``OUTLIER``) is left out of the fit.
+machine was doing; a round far off the others (``OUTLIER``) is left out of the fit,
+and a visit takes its place even when the rounds left agree.
 """
 
 from __future__ import annotations
@@ -271,8 +272,10 @@ class Session:
             if len(rounds) < self.settings.rounds:
                 continue  # not measured yet (an interrupted run)
             extra = len(rounds) - self.settings.rounds
-            kept = [rounds[r] for r in self._kept_rounds(level)]
-            if extra < EXTRA_ROUNDS and not agree(kept):
+            kept = self._kept_rounds(level)
+            # Each round left out needs a visit in its place, even when the rest agree.
+            left_out = len(rounds) - len(kept)
+            if extra < EXTRA_ROUNDS and (left_out > extra or not agree([rounds[r] for r in kept])):
                 out.append(level)
         return out
 
@@ -281,8 +284,6 @@ class Session:
         recorded = self.points.recorded
         for level in self.settings.levels:
             rounds = self._rounds(level)
-            if len(rounds) <= self.settings.rounds:
-                continue
             kept = self._kept_rounds(level)
             for r in rounds:
                 if r not in kept and (level, r) not in recorded.dropped:
