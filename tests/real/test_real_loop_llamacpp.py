@@ -72,4 +72,5 @@ def test_gateway_beats_the_bare_engine_above_capacity(
     # could no longer be answered while still useful to their client (useful_s). The bare
     # engine's run is measured, not judged: at 4x capacity some of its requests may outlast
     # the client's timeout, and count as missed SLAs in its goodput (printed above).
-    assert all("(useful_s)" in e for e in errors["gateway"]), errors["gateway"]
+    others = [e for e in errors["gateway"] if "(useful_s)" not in e]
+    assert not others, "gateway errors other than useful_s refusals:\n" + "\n".join(others)
