@@ -5,26 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from engine_support import check_kv
 
 from saber.engine import BLOCK_SIZE, Engine, EnginePreset, EngineRequest, StepResult, get_preset
 
 PRESET = get_preset("a10-qwen2.5-coder-3b")  # small steps are memory-bound: context counts
 # A starved GPU whose steps are compute-bound: processed tokens and attended pairs count.
 COMPUTE_BOUND = dataclasses.replace(PRESET, name="compute-bound", mfu=1e-4)
-
-
-def check_kv(engine: Engine) -> None:
-    """Held blocks match what running requests need, and nothing leaks."""
-    held = 0
-    for rid in engine.running_ids:
-        req = engine.get(rid)
-        assert req is not None
-        assert req.blocks == -(-req.computed // BLOCK_SIZE)
-        held += req.blocks
-    for rid in engine.waiting_ids:
-        req = engine.get(rid)
-        assert req is not None and req.blocks == 0 and req.computed == 0
-    assert held == engine.num_blocks - engine._free
 
 
 def step(engine: Engine, now: float) -> StepResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from engine_support import check_kv
 
 from saber.engine import BLOCK_SIZE, Engine, EngineRequest, StepResult, get_preset
 
@@ -15,20 +16,6 @@ def run_to_end(engine: Engine, now: float = 0.0, **kw) -> list[StepResult]:
         out.append(res)
         now = res.end
     return out
-
-
-def check_kv(engine: Engine) -> None:
-    """Held blocks match what running requests need, and nothing leaks."""
-    held = 0
-    for rid in engine.running_ids:
-        req = engine.get(rid)
-        assert req is not None
-        assert req.blocks == -(-req.computed // BLOCK_SIZE)
-        held += req.blocks
-    for rid in engine.waiting_ids:
-        req = engine.get(rid)
-        assert req is not None and req.blocks == 0 and req.computed == 0
-    assert held == engine.num_blocks - engine._free
 
 
 def test_idle_engine_steps_to_none():
