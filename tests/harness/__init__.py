@@ -22,6 +22,7 @@ from harness._gateway import (
 )
 from harness._gguf import ensure_gguf_model
 from harness._llamacpp import ensure_llama_server, start_llamacpp
+from harness._loop import TIMEOUT_S as REAL_LOOP_TIMEOUT_S
 from harness._loop import LoopReport, real_loop
 from harness._metrics import metric_value, scrape
 from harness._process import EngineProcess, EngineStartError, free_port
@@ -30,6 +31,7 @@ from harness._vllm import ensure_hf_model, ensure_vllm_env, start_vllm
 
 __all__ = [
     "GENEROUS",
+    "REAL_LOOP_TIMEOUT_S",
     "EngineGateway",
     "EngineProcess",
     "EngineStartError",

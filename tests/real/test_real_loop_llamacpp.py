@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import EngineProcess, real_loop, start_llamacpp
+from harness import REAL_LOOP_TIMEOUT_S, EngineProcess, real_loop, start_llamacpp
 
 pytestmark = pytest.mark.llamacpp
 
@@ -50,7 +50,9 @@ def test_gateway_beats_the_bare_engine_above_capacity(
                 f"{s['run']:8s} in flight mean {s['engine_in_flight_mean']:.1f} "
                 f"max {s['engine_in_flight_max']:.0f}; short-SLA goodput "
                 f"{s['short_sla_goodput']:.1%}; goodput {s['goodput']:.1%}; errors {s['errors']} "
-                f"{sorted(set(errors[s['run']]))[:3]}; {s['duration_s']:.0f} s"
+                f"{sorted(set(errors[s['run']]))[:3]}; slowest answer "
+                f"{max(x.latency_s or 0.0 for x in runs[s['run']]):.0f} s of the client's "
+                f"{REAL_LOOP_TIMEOUT_S:.0f} s; {s['duration_s']:.0f} s"
             )
         print(
             "gateway's margins: in flight mean "
