@@ -2,7 +2,8 @@
 
 The contract: ``request(task, ...)`` builds a request, ``offer(request, now)``,
 ``poll(now)``, ``progress(id, tokens, now)``, ``finish(id, now, tokens)``,
-``cancel(id, now)`` and ``next_wakeup()``. ``Policy.from_config`` is the one way
+``cancel(id, now)`` and ``next_wakeup()``; ``Pool`` drives one scheduler per backend
+of a pool the same way, each decision naming its backend. ``Policy.from_config`` is the one way
 settings become a policy; ``PRESETS`` names the paper's and the default.
 """
 
@@ -10,6 +11,7 @@ from saber.scheduler._core import Observation, Scheduler, SpeedFn, TTFTFn
 from saber.scheduler._lengths import LengthEstimate, TaskLengths
 from saber.scheduler._outcome import Outcome
 from saber.scheduler._policy import PRESETS, Policy
+from saber.scheduler._pool import PLACEMENTS, Placed, Placement, Pool
 from saber.scheduler._request import (
     MAX_TOKENS,
     Action,
@@ -21,13 +23,17 @@ from saber.scheduler._request import (
 
 __all__ = [
     "MAX_TOKENS",
+    "PLACEMENTS",
     "PRESETS",
     "Action",
     "Decision",
     "LengthEstimate",
     "Observation",
     "Outcome",
+    "Placed",
+    "Placement",
     "Policy",
+    "Pool",
     "SchedRequest",
     "Scheduler",
     "SpeedFn",

@@ -74,13 +74,18 @@ class Scheduler(Decide):
         ttft: TTFTFn | None = None,
         seed: int = 0,
         speed_sigma: float | None = None,
+        lengths: TaskLengths | None = None,
     ) -> None:
+        """``lengths``: what the tasks' answer lengths are learned into; the backends of
+        a pool share one (a task's lengths do not depend on where it runs)."""
         self.policy = policy or Policy()
         self._ttft_fn = ttft
         self._kinds: dict[str, str] = {}  # task -> the SLA kind its requests carry
         task_list = list(tasks.values()) if isinstance(tasks, Mapping) else list(tasks)
         self.tasks: dict[str, TaskType] = {t.name: t for t in task_list}
-        self.lengths = TaskLengths(task_list, learn=self.policy.learn_lengths)
+        if lengths is None:
+            lengths = TaskLengths(task_list, learn=self.policy.learn_lengths)
+        self.lengths = lengths
         self._rng = random.Random(seed)
         self._hpq = TaskQueues()
         self._lpq = TaskQueues()

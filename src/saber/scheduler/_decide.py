@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Callable
 
 import numpy as np
 
@@ -180,23 +181,50 @@ class Decide(Bookkeeping):
         ``credit``, clears what it costs. The costs (O(running)) are only computed when
         some request could pass were they small."""
         speed = self.predicted_speed(self._load + 1)
-        if not self._load:
-            return queue.most_urgent_passing(lambda r: self._earliest(r, now, speed, None, []))
-        if credit < CHANCE_STEP:
+        if self._load and credit < CHANCE_STEP:
             least = CHANCE_STEP - credit  # the cost of the cheapest request one could admit
             cheapest = queue.most_urgent_passing(
                 lambda r: self._earliest(r, now, speed, None, [], -least)
             )
             if cheapest is None:
                 return None
+        return queue.most_urgent_passing(self._earliest_rule(now, speed, credit))
+
+    def _earliest_rule(
+        self, now: float, speed: float, credit: float
+    ) -> Callable[[SchedRequest], float]:
+        """The earliest deadline with which a waiting request passes now, as a function
+        of the request, its costs to the running requests and those to come computed
+        once (O(running))."""
+        if not self._load:
+            return lambda r: self._earliest(r, now, speed, None, [])
         running = self._exposure(now, 1) if self.policy.gain else None
         future = self._future(now, speed) if self.policy.future else []
         # Costs of nothing leave a busy engine to requests with a chance of their SLA;
         # best effort (credit) runs at no cost whatever its chance.
         floor = 0.0 if credit else CHANCE_STEP
-        return queue.most_urgent_passing(
-            lambda r: self._earliest(r, now, speed, running, future, credit, floor)
-        )
+        return lambda r: self._earliest(r, now, speed, running, future, credit, floor)
+
+    def pass_rule(self, tier: Tier, now: float) -> Callable[[SchedRequest], float] | None:
+        """For a pool of backends: the earliest deadline with which a request waiting in
+        ``tier`` would be admitted here now, as a function of the request (to search
+        another backend's queue with); None when none would be (a policy that does not
+        decide by chance, or demoted work while this HPQ waits)."""
+        if self.policy.decide != "chance":
+            return None
+        credit = 0.0
+        if tier is Tier.LOW:
+            if len(self._hpq):
+                return None
+            credit = self.policy.late_value
+        return self._earliest_rule(now, self.predicted_speed(self._load + 1), credit)
+
+    def admissible(self, req: SchedRequest, now: float) -> bool:
+        """Whether ``req``, were it waiting here, would be admitted by ``poll(now)``."""
+        rule = self.pass_rule(req.tier, now)
+        if rule is None or not self._fits(req) or req.deadline < rule(req):
+            return False
+        return req.seqs == 1 or self._worth(req, now)
 
     def _future(self, now: float, speed: float) -> list[tuple[float, float]]:
         """The requests still to come, as (rate x chance each loses to one more

@@ -1,0 +1,220 @@
+"""Admission over a pool of backends: one scheduler each, one place for each request.
+
+Each backend (a vLLM replica) keeps its own speed model, load and queues: a
+``Scheduler``; the pool's backends share what they learn of the tasks' lengths. A
+request is placed where its chance of meeting its deadline at that backend's load + 1
+is highest (near-ties go to the backend that would run it fastest), and waits there.
+After every event each backend admits what it can, then the pool moves waiting
+requests to any other backend that would admit them now, the most urgent first, to
+where their chance is highest; an idle backend takes the most urgent request waiting
+anywhere. So admission asks whether some backend can still serve a request in time,
+not whether the one it was placed on can.
+
+``place`` names the baselines' placement instead (round-robin, least loaded): they
+place once and never move a request, as a router in front of per-backend admission.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from saber.config import TaskType
+from saber.scheduler._core import Scheduler
+from saber.scheduler._lengths import TaskLengths
+from saber.scheduler._outcome import Outcome
+from saber.scheduler._policy import Policy
+from saber.scheduler._request import Action, Decision, SchedRequest, Tier
+from saber.scheduler._speed_model import SpeedFn, TTFTFn
+
+Placement = Literal["chance", "round-robin", "least-loaded"]
+PLACEMENTS: tuple[Placement, ...] = ("chance", "round-robin", "least-loaded")
+TIE = 0.01
+"""Chances closer than this are a tie: the backend that would run it fastest wins."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A decision, and the backend it concerns (where an admitted request runs)."""
+
+    decision: Decision
+    backend: int
+
+
+class Pool:
+    """SABER's admission over several backends, driven like one ``Scheduler``."""
+
+    def __init__(self, backends: Sequence[Scheduler], *, place: Placement = "chance") -> None:
+        if not backends:
+            raise ValueError("a pool needs at least one backend")
+        if place not in PLACEMENTS:
+            raise ValueError(f"unknown placement {place!r}; known: {', '.join(PLACEMENTS)}")
+        lengths = backends[0].lengths
+        if any(b.lengths is not lengths for b in backends):
+            raise ValueError("the backends of a pool must share one TaskLengths")
+        self.backends = list(backends)
+        self.lengths = lengths
+        self.place = place
+        self._where: dict[str, int] = {}  # request id -> its backend, until it leaves
+        self._cursor = 0
+
+    @classmethod
+    def build(
+        cls,
+        speeds: Sequence[SpeedFn],
+        policy: Policy | None = None,
+        *,
+        tasks: Mapping[str, TaskType] | Iterable[TaskType] = (),
+        ttfts: Sequence[TTFTFn | None] | None = None,
+        speed_sigmas: Sequence[float | None] | None = None,
+        seed: int = 0,
+        place: Placement = "chance",
+    ) -> Pool:
+        """One scheduler per backend's f(L) (and TTFT fit, and spread), sharing lengths."""
+        policy = policy or Policy()
+        task_list = list(tasks.values()) if isinstance(tasks, Mapping) else list(tasks)
+        lengths = TaskLengths(task_list, learn=policy.learn_lengths)
+        n = len(speeds)
+        ttfts = ttfts or [None] * n
+        sigmas = speed_sigmas or [None] * n
+        backends = [
+            Scheduler(
+                speed,
+                policy,
+                tasks=task_list,
+                ttft=ttfts[i],
+                seed=seed + i,
+                speed_sigma=sigmas[i],
+                lengths=lengths,
+            )
+            for i, speed in enumerate(speeds)
+        ]
+        return cls(backends, place=place)
+
+    # -- events ----------------------------------------------------------
+
+    def offer(self, req: SchedRequest, now: float) -> list[Placed]:
+        if req.id in self._where:
+            raise ValueError(f"request {req.id} is already known to the pool")
+        home = self._home(req, now)
+        self._where[req.id] = home
+        return self._tagged(home, self.backends[home].offer(req, now)) + self._rebalance(now)
+
+    def poll(self, now: float) -> list[Placed]:
+        out: list[Placed] = []
+        for i, backend in enumerate(self.backends):
+            out += self._tagged(i, backend.poll(now))
+        return out + self._rebalance(now)
+
+    def progress(self, req_id: str, tokens: int, now: float) -> None:
+        home = self._where.get(req_id)
+        if home is not None:
+            self.backends[home].progress(req_id, tokens, now)
+
+    def finish(self, req_id: str, now: float, tokens: int | None = None) -> Outcome | None:
+        home = self._where.pop(req_id, None)
+        return None if home is None else self.backends[home].finish(req_id, now, tokens)
+
+    def cancel(self, req_id: str, now: float) -> Outcome | None:
+        home = self._where.pop(req_id, None)
+        return None if home is None else self.backends[home].cancel(req_id, now)
+
+    def next_wakeup(self) -> float | None:
+        times = [t for b in self.backends if (t := b.next_wakeup()) is not None]
+        return min(times) if times else None
+
+    def backend_of(self, req_id: str) -> int | None:
+        return self._where.get(req_id)
+
+    @property
+    def load(self) -> int:
+        return sum(b.load for b in self.backends)
+
+    def queued(self) -> int:
+        return sum(b.queued() for b in self.backends)
+
+    # -- placement ---------------------------------------------------------
+
+    def _home(self, req: SchedRequest, now: float) -> int:
+        backends = self.backends
+        if self.place == "round-robin":
+            home, self._cursor = self._cursor, (self._cursor + 1) % len(backends)
+            return home
+        if self.place == "least-loaded":
+            return min(
+                range(len(backends)), key=lambda i: (backends[i].load + backends[i].queued(), i)
+            )
+        return max(range(len(backends)), key=lambda i: self._score(i, req, now))
+
+    def _score(self, i: int, req: SchedRequest, now: float) -> tuple[int, float, int]:
+        """Its chance at backend ``i``'s load + its sequences, in steps of TIE, then the
+        speed it would run at, then the lower index."""
+        backend = self.backends[i]
+        load = backend.load + req.seqs
+        chance = backend.chance_of(req, now, load)
+        return (math.floor(chance / TIE + 1e-9), backend.predicted_speed(load), -i)
+
+    def _rebalance(self, now: float) -> list[Placed]:
+        """Move waiting requests to backends that would admit them now."""
+        if len(self.backends) == 1:
+            return []
+        out: list[Placed] = []
+        while (move := self._next_move(now)) is not None:
+            src, req, dst = move
+            taken = self.backends[src].take(req.id)
+            assert taken is req
+            self._where[req.id] = dst
+            out.append(Placed(self.backends[dst].start_taken(req, now), dst))
+        return out
+
+    def _next_move(self, now: float) -> tuple[int, SchedRequest, int] | None:
+        """The most urgent request waiting at one backend that another would admit now
+        (the HPQ's before demoted work), to where its chance is highest."""
+        for tier in (Tier.HIGH, Tier.LOW):
+            found: list[tuple[float, str, tuple[int, float, int], int, SchedRequest, int]] = []
+            for dst, backend in enumerate(self.backends):
+                rule = self._rule(backend, tier, now)
+                if rule is None:
+                    continue
+                for src, other in enumerate(self.backends):
+                    req = None if src == dst else other.most_urgent_waiting(tier, rule)
+                    if req is None or not _fits(backend, req):
+                        continue
+                    if req.seqs > 1 and rule is not _anything and not backend.admissible(req, now):
+                        continue
+                    score = self._score(dst, req, now)
+                    negated = (-score[0], -score[1], -score[2])
+                    found.append((req.deadline, req.id, negated, src, req, dst))
+            if found:
+                _, _, _, src, req, dst = min(found, key=lambda f: f[:3])
+                return src, req, dst
+        return None
+
+    def _rule(
+        self, backend: Scheduler, tier: Tier, now: float
+    ) -> Callable[[SchedRequest], float] | None:
+        """What passes at ``backend`` now: anything when it is idle (an idle engine is
+        never kept idle), else its own rule; nothing moves under the baselines'
+        placements."""
+        if self.place != "chance":
+            return None
+        if not backend.load and not backend.queued():
+            return _anything
+        return backend.pass_rule(tier, now)
+
+    def _tagged(self, backend: int, decisions: list[Decision]) -> list[Placed]:
+        for d in decisions:
+            if d.action is Action.REJECT:
+                self._where.pop(d.request.id, None)
+        return [Placed(d, backend) for d in decisions]
+
+
+def _anything(_: SchedRequest) -> float:
+    return -math.inf
+
+
+def _fits(backend: Scheduler, req: SchedRequest) -> bool:
+    cap = backend.policy.max_concurrency
+    return cap is None or backend.load + req.seqs <= cap

@@ -1,0 +1,161 @@
+"""A pool of backends, each its own scheduler: placement by the chance of meeting the
+deadline, waiting requests moved to any backend that would admit them, every request
+placed and released exactly once."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from saber.config import TaskType
+from saber.scheduler import Action, Placed, Policy, Pool, Scheduler, TaskLengths, request_for
+
+
+def flat(speed: float, slope: float = 0.0):
+    return lambda load: speed / (1 + slope * (load - 1))
+
+
+TASK = TaskType(name="t", mean_input_tokens=50, mean_output_tokens=100, sla_s=10.0, max_tokens=400)
+
+
+def default(**overrides) -> Policy:
+    return Policy.named("closed-loop", **overrides)
+
+
+def pool(*speeds, place="chance", **policy) -> Pool:
+    return Pool.build(list(speeds), default(**policy), tasks=[TASK], place=place)
+
+
+def req(rid: str, now: float, tokens: int | None = None):
+    return request_for(TASK, id=rid, arrival=now, tokens=tokens)
+
+
+def admissions(placed: list[Placed]) -> dict[str, int]:
+    return {p.decision.request.id: p.backend for p in placed if p.decision.action is Action.ADMIT}
+
+
+def test_a_request_goes_where_its_chance_is_highest():
+    # 300 tokens in 10 s: the 20 tok/s backend cannot make it, the 60 tok/s one can.
+    p = pool(flat(20.0), flat(60.0))
+    assert admissions(p.offer(req("a", 0.0, tokens=300), 0.0)) == {"a": 1}
+    # Equal chances (both certain) go to the backend that runs it fastest: the one
+    # not yet loaded, on engines that slow down with load.
+    q = pool(flat(60.0, slope=0.2), flat(60.0, slope=0.2))
+    first = admissions(q.offer(req("a", 0.0, tokens=50), 0.0))
+    second = admissions(q.offer(req("b", 0.0, tokens=50), 0.0))
+    assert {first["a"], second["b"]} == {0, 1}
+
+
+def test_a_waiting_request_runs_on_whichever_backend_frees_first():
+    p = pool(flat(60.0), flat(60.0), max_concurrency=1)
+    assert admissions(p.offer(req("a", 0.0, 50), 0.0)) == {"a": 0}
+    assert admissions(p.offer(req("b", 0.0, 50), 0.0)) == {"b": 1}
+    assert admissions(p.offer(req("c", 0.0, 50), 0.0)) == {}
+    home = p.backend_of("c")
+    other = 1 - home
+    p.finish("ab"[other], 1.0, 50)
+    # Its own backend is still full; the other one has room, and takes it.
+    assert admissions(p.poll(1.0)) == {"c": other}
+    assert p.backend_of("c") == other
+    assert p.backends[home].queued() == 0 and p.backends[other].load == 1
+    assert p.finish("c", 2.0, 50) is not None and p.backends[other].load == 0
+
+
+def test_the_baselines_place_once_and_never_move_a_request():
+    p = pool(flat(60.0), flat(60.0), place="round-robin", max_concurrency=1)
+    got = {}
+    for rid in "abc":
+        got |= admissions(p.offer(req(rid, 0.0, 50), 0.0))
+    assert got == {"a": 0, "b": 1} and p.backend_of("c") == 0
+    p.finish("b", 1.0, 50)
+    assert admissions(p.poll(1.0)) == {}  # backend 1 is free, but c waits on 0
+    p.finish("a", 2.0, 50)
+    assert admissions(p.poll(2.0)) == {"c": 0}
+    q = pool(flat(60.0), flat(60.0), place="least-loaded", max_concurrency=1)
+    assert admissions(q.offer(req("a", 0.0, 50), 0.0)) == {"a": 0}
+    assert admissions(q.offer(req("b", 0.0, 50), 0.0)) == {"b": 1}
+
+
+def test_a_pool_of_one_decides_as_its_scheduler_does():
+    rng = random.Random(3)
+    policy = default(max_concurrency=8)
+    alone = Scheduler(flat(40.0, 0.05), policy, tasks=[TASK])
+    one = Pool.build([flat(40.0, 0.05)], policy, tasks=[TASK])
+    now, running, seen = 0.0, [], ([], [])
+    for i in range(300):
+        now += rng.expovariate(4.0)
+        if running and rng.random() < 0.6:
+            rid = running.pop(rng.randrange(len(running)))
+            alone.finish(rid, now, 80)
+            one.finish(rid, now, 80)
+        tokens = rng.randint(10, 300)
+        a = alone.offer(req(f"r{i}", now, tokens), now)
+        b = one.offer(req(f"r{i}", now, tokens), now)
+        seen[0].extend((d.action, d.request.id) for d in a)
+        seen[1].extend((p.decision.action, p.decision.request.id) for p in b)
+        running += [d.request.id for d in a if d.action is Action.ADMIT]
+    assert len(seen[0]) > 200
+    assert seen[0] == seen[1]
+
+
+def test_every_request_is_placed_once_and_every_slot_released():
+    rng = random.Random(7)
+    p = pool(flat(50.0, 0.1), flat(20.0, 0.05), flat(80.0, 0.2), max_concurrency=4)
+    now, running, ended = 0.0, {}, set()
+    admitted: dict[str, int] = {}
+
+    def apply(placed: list[Placed]) -> None:
+        for x in placed:
+            rid = x.decision.request.id
+            if x.decision.action is Action.ADMIT:
+                assert rid not in admitted, f"{rid} admitted twice"
+                admitted[rid] = x.backend
+                running[rid] = x.backend
+            elif x.decision.action is Action.REJECT:
+                assert rid not in admitted and rid not in ended
+                ended.add(rid)
+
+    for i in range(400):
+        now += rng.expovariate(6.0)
+        apply(p.offer(req(f"r{i}", now, rng.randint(5, 400)), now))
+        for rid in [r for r in running if rng.random() < 0.2]:
+            backend = running.pop(rid)
+            assert p.backends[backend].is_running(rid)
+            p.finish(rid, now, 100)
+            ended.add(rid)
+        apply(p.poll(now))
+    while running or p.queued():
+        now += 1.0
+        for rid in list(running):
+            running.pop(rid)
+            p.finish(rid, now, 100)
+            ended.add(rid)
+        apply(p.poll(now))
+    assert ended == {f"r{i}" for i in range(400)}
+    assert p.load == 0 and p.queued() == 0
+    assert len(set(admitted.values())) == 3  # every backend served
+
+
+def test_the_backends_share_what_they_learn_of_lengths():
+    p = pool(flat(60.0), flat(60.0), place="least-loaded")
+    served = set()
+    for i in range(60):
+        ((rid, backend),) = admissions(p.offer(req(f"r{i}", float(i)), float(i))).items()
+        served.add(backend)
+        p.finish(rid, float(i) + 0.5, 20)  # answers far shorter than the configured 100
+    assert served == {0}  # both idle each time: the first
+    # What backend 0 learned, backend 1 decides with.
+    assert p.backends[1].lengths.expected(TASK, None) < 80
+
+
+def test_a_pool_is_built_right_or_not_at_all():
+    with pytest.raises(ValueError, match="share one TaskLengths"):
+        Pool([Scheduler(flat(10.0), tasks=[TASK]), Scheduler(flat(10.0), tasks=[TASK])])
+    with pytest.raises(ValueError, match="unknown placement"):
+        Pool.build([flat(10.0)], tasks=[TASK], place="random")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least one"):
+        Pool([])
+    lengths = TaskLengths([TASK])
+    ok = Pool([Scheduler(flat(10.0), tasks=[TASK], lengths=lengths)])
+    assert ok.lengths is lengths
