@@ -3,6 +3,7 @@
 saber-bench sim [--quick] [--format table|markdown|json] [--out DIR]
 saber-bench scenarios [--scenarios step-W3,...] [--seeds 3] [--format json]
 saber-bench matrix [--quick] [--presets paper,...] [--engines-file F] [--out DIR]
+saber-bench cluster [--pool 2xa10-qwen2.5-coder-3b,1xa100-40gb-qwen2.5-coder-3b] [--out DIR]
 saber-bench profile --preset paper --out profiles/saber-sim-paper.json
 saber-bench real --engine URL --gateway URL --model NAME [--rps R] [--requests N]
 """
@@ -38,6 +39,8 @@ from saber.bench._scenarios import SCENARIOS, run_scenario, runs_per_scenario
 from saber.bench._scenarios import markdown as scenario_markdown
 from saber.bench._scenarios import summary as scenario_summary
 from saber.bench._summary import summarize_cells, summarize_workloads
+from saber.bench.cluster.cmd import add_parser as add_cluster_parser
+from saber.bench.cluster.cmd import cmd_cluster
 from saber.bench.matrix.cmd import add_parser as add_matrix_parser
 from saber.bench.matrix.cmd import cmd_matrix
 from saber.config import load_gateway_config, load_tasks, load_workloads
@@ -125,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     scen.add_argument("--out", type=Path, help="write scenarios.md and scenarios.json here")
     scen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_matrix_parser(sub)
+    add_cluster_parser(sub)
     add_real_parser(sub)
     return parser
 
@@ -276,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         "scenarios": cmd_scenarios,
         "profile": cmd_profile,
         "matrix": cmd_matrix,
+        "cluster": cmd_cluster,
         "real": cmd_real,
     }[args.command]
     return handler(args)

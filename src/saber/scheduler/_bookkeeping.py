@@ -9,7 +9,6 @@ does); it also says when a running request will have freed its slot.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -66,25 +65,6 @@ class Bookkeeping(SpeedModel):
     def _waiting(self) -> Iterable[SchedRequest]:
         yield from self._hpq
         yield from self._lpq
-
-    def most_urgent_waiting(
-        self, tier: Tier, earliest: Callable[[SchedRequest], float] = lambda _: -math.inf
-    ) -> SchedRequest | None:
-        """The waiting request of ``tier`` with the earliest deadline among those whose
-        deadline is at least ``earliest(request)`` (another backend's ``pass_rule``)."""
-        return self._queue(tier).most_urgent_passing(earliest)
-
-    # -- moving between the backends of a pool -----------------------------
-
-    def take(self, req_id: str) -> SchedRequest | None:
-        """A waiting request leaves, to run on another backend of a pool (no outcome:
-        it is not done with). None if it is not waiting here."""
-        return self._hpq.remove(req_id) or self._lpq.remove(req_id)
-
-    def start_taken(self, req: SchedRequest, now: float) -> Decision:
-        """Run at once a request taken from another backend's queue, in its tier."""
-        self._tick(now)
-        return self._start(req, now, req.tier)
 
     # -- admitting and leaving -------------------------------------------
 

@@ -24,9 +24,9 @@ from saber.config import TaskType
 from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._calibration import Calibration, Observation
 from saber.scheduler._chance import Needs, rounded_sigma
-from saber.scheduler._decide import Decide
 from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._outcome import Outcome
+from saber.scheduler._placing import Placing
 from saber.scheduler._policy import Policy
 from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import Action, Decision, Kind, SchedRequest, Tier
@@ -35,7 +35,7 @@ from saber.scheduler._speed_model import SpeedFn, TTFTFn
 __all__ = ["Observation", "Scheduler", "SpeedFn", "TTFTFn"]
 
 
-class Scheduler(Decide):
+class Scheduler(Placing):
     """SABER's admission control over per-task high- and low-priority queues.
 
     A request arrives (``offer``) in its task's HPQ. It is admitted when f(L+1)

@@ -205,27 +205,6 @@ class Decide(Bookkeeping):
         floor = 0.0 if credit else CHANCE_STEP
         return lambda r: self._earliest(r, now, speed, running, future, credit, floor)
 
-    def pass_rule(self, tier: Tier, now: float) -> Callable[[SchedRequest], float] | None:
-        """For a pool of backends: the earliest deadline with which a request waiting in
-        ``tier`` would be admitted here now, as a function of the request (to search
-        another backend's queue with); None when none would be (a policy that does not
-        decide by chance, or demoted work while this HPQ waits)."""
-        if self.policy.decide != "chance":
-            return None
-        credit = 0.0
-        if tier is Tier.LOW:
-            if len(self._hpq):
-                return None
-            credit = self.policy.late_value
-        return self._earliest_rule(now, self.predicted_speed(self._load + 1), credit)
-
-    def admissible(self, req: SchedRequest, now: float) -> bool:
-        """Whether ``req``, were it waiting here, would be admitted by ``poll(now)``."""
-        rule = self.pass_rule(req.tier, now)
-        if rule is None or not self._fits(req) or req.deadline < rule(req):
-            return False
-        return req.seqs == 1 or self._worth(req, now)
-
     def _future(self, now: float, speed: float) -> list[tuple[float, float]]:
         """The requests still to come, as (rate x chance each loses to one more
         sequence, how long each runs) per task of the recent mix: one more sequence
@@ -262,20 +241,33 @@ class Decide(Bookkeeping):
         that run d <= D, and D^2 / 2d of longer ones)."""
         if req.sla_kind == "ttft":
             return self._earliest_deadline(req.task, req.tokens, now, speed)
-        runs = req.tokens / speed
-        p = -credit
-        if running is not None and running[0].size:
-            lost, left = running
-            p += float(np.sum(lost * np.minimum(1.0, runs / left)))
-        for share, d in future:
-            p += share * (runs - d / 2 if d <= runs else runs * runs / (2 * d))
-        p = max(p * req.seqs, floor)
+        p = max(self._cost(req, speed, running, future, -credit) * req.seqs, floor)
         if p > 1.0 - CHANCE_STEP:
             return math.inf  # it cannot win more than it costs
         if p <= 0.0:
             return -math.inf
         p = math.ceil(p / CHANCE_STEP) * CHANCE_STEP
         return now + self._need(req, p) / speed
+
+    @staticmethod
+    def _cost(
+        req: SchedRequest,
+        speed: float,
+        running: tuple[np.ndarray, np.ndarray] | None,
+        future: list[tuple[float, float]],
+        start: float = 0.0,
+    ) -> float:
+        """``start`` plus what one sequence of ``req`` running at ``speed`` costs, in
+        requests on schedule: the loss ``running`` to the running requests and that to
+        the requests arriving while it runs (``future``)."""
+        runs = req.tokens / speed
+        p = start
+        if running is not None and running[0].size:
+            lost, left = running
+            p += float(np.sum(lost * np.minimum(1.0, runs / left)))
+        for share, d in future:
+            p += share * (runs - d / 2 if d <= runs else runs * runs / (2 * d))
+        return p
 
     def _worth(self, req: SchedRequest, now: float) -> bool:
         """A request of several sequences, judged at the load it brings."""

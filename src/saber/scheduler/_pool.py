@@ -146,15 +146,19 @@ class Pool:
             return min(
                 range(len(backends)), key=lambda i: (backends[i].load + backends[i].queued(), i)
             )
-        return max(range(len(backends)), key=lambda i: self._score(i, req, now))
+        # Where it would be admitted now, if anywhere: the issue is where it runs best.
+        ready = [i for i, b in enumerate(backends) if b.admissible(req, now)]
+        return max(ready or range(len(backends)), key=lambda i: self._score(i, req, now))
 
-    def _score(self, i: int, req: SchedRequest, now: float) -> tuple[int, float, int]:
-        """Its chance at backend ``i``'s load + its sequences, in steps of TIE, then the
-        speed it would run at, then the lower index."""
+    def _score(self, i: int, req: SchedRequest, now: float) -> tuple[int, float, float, int]:
+        """What placing it at backend ``i`` is worth (its chance there less what it
+        costs the requests there and to come), in steps of TIE; then the share of its
+        own solo speed f(1) the backend would keep; then the faster; then the lower
+        index."""
         backend = self.backends[i]
-        load = backend.load + req.seqs
-        chance = backend.chance_of(req, now, load)
-        return (math.floor(chance / TIE + 1e-9), backend.predicted_speed(load), -i)
+        speed = backend.predicted_speed(backend.load + req.seqs)
+        value = backend.placement_value(req, now)
+        return (math.floor(value / TIE + 1e-9), speed / backend.max_speed, speed, -i)
 
     def _rebalance(self, now: float) -> list[Placed]:
         """Move waiting requests to backends that would admit them now."""
@@ -173,7 +177,9 @@ class Pool:
         """The most urgent request waiting at one backend that another would admit now
         (the HPQ's before demoted work), to where its chance is highest."""
         for tier in (Tier.HIGH, Tier.LOW):
-            found: list[tuple[float, str, tuple[int, float, int], int, SchedRequest, int]] = []
+            if not any(b.queued(tier=tier) for b in self.backends):
+                continue
+            found: list[tuple[float, str, tuple[float, ...], int, SchedRequest, int]] = []
             for dst, backend in enumerate(self.backends):
                 rule = self._rule(backend, tier, now)
                 if rule is None:
@@ -185,7 +191,7 @@ class Pool:
                     if req.seqs > 1 and rule is not _anything and not backend.admissible(req, now):
                         continue
                     score = self._score(dst, req, now)
-                    negated = (-score[0], -score[1], -score[2])
+                    negated = tuple(-x for x in score)
                     found.append((req.deadline, req.id, negated, src, req, dst))
             if found:
                 _, _, _, src, req, dst = min(found, key=lambda f: f[:3])

@@ -1,13 +1,28 @@
 """Simulation on the engine model: in virtual time here, in real time in ``saber.sim.http``.
 
 ``simulate`` serves a trace on a ``saber.engine.Engine`` in virtual time, either
-straight (the static ``max_num_seqs`` baseline) or behind a SABER scheduler.
-``saber.sim.http`` is saber-sim, an OpenAI-compatible vLLM stand-in that steps the
-same engine model on the real clock; ``saber.sim.calibrate`` checks a preset against
-the paper.
+straight (the static ``max_num_seqs`` baseline) or behind a SABER scheduler;
+``simulate_cluster`` serves one on a pool of engine replicas, behind a router
+(``ROUTERS``) or an admission pool. ``saber.sim.http`` is saber-sim, an
+OpenAI-compatible vLLM stand-in that steps the same engine model on the real clock;
+``saber.sim.calibrate`` checks a preset against the paper.
 """
 
+from saber.sim._cluster import AdmissionPool, BackendStats, ClusterResult, simulate_cluster
 from saber.sim._records import SimRecord, SimResult
+from saber.sim._routers import ROUTERS, BackendView, Router
 from saber.sim._virtual import AdmissionScheduler, simulate
 
-__all__ = ["AdmissionScheduler", "SimRecord", "SimResult", "simulate"]
+__all__ = [
+    "ROUTERS",
+    "AdmissionPool",
+    "AdmissionScheduler",
+    "BackendStats",
+    "BackendView",
+    "ClusterResult",
+    "Router",
+    "SimRecord",
+    "SimResult",
+    "simulate",
+    "simulate_cluster",
+]

@@ -1,0 +1,136 @@
+"""``saber-bench cluster``: a pool of replicas, each way of serving it on the same traces."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from saber.bench._args import csv
+from saber.bench.cluster.plots import goodput_vs_load
+from saber.bench.cluster.report import markdown, table, to_json
+from saber.bench.cluster.run import (
+    MULTIPLES,
+    POOL,
+    ClusterBench,
+    parse_pool,
+    policies,
+    run_cluster,
+    with_overrides,
+)
+from saber.config import load_gateway_config, load_tasks, load_workloads
+from saber.engine import PRESETS
+
+
+def _pool(text: str) -> tuple[str, ...]:
+    try:
+        return parse_pool(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    c = sub.add_parser(
+        "cluster",
+        help="a pool of engine replicas: routers, and the gateway's admission and placement",
+        description="N replicas of engine presets (the same or mixed), W1/W2/W3 at loads "
+        "scaled to the pool's capacity (the sum of its replicas' saturation rates), "
+        "realistic mode, the gateway's task types: each trace served by vLLM alone "
+        "(max_num_seqs 256) on every replica, behind each router. Prints goodput per load "
+        "and where each router sent the requests; --out writes results.json, results.md "
+        'and a PNG. See docs/bench.md, "Pools of replicas".',
+    )
+    c.add_argument(
+        "--pool",
+        type=_pool,
+        metavar="POOL",
+        help=f"replicas as COUNTxPRESET,... (default {POOL})",
+    )
+    c.add_argument("--workloads", type=csv(str), help="e.g. W1,W3 (default: all)")
+    c.add_argument(
+        "--multiples",
+        type=csv(float),
+        help="loads, as multiples of the pool's saturation rate "
+        f"(default {','.join(f'{m:g}' for m in MULTIPLES)})",
+    )
+    c.add_argument(
+        "--policies", type=csv(str), help=f"which (default all: {', '.join(policies())})"
+    )
+    c.add_argument("--seeds", type=int, help="traces per load (default 3)")
+    c.add_argument("--seed-base", type=int, help="trace seeds BASE..BASE+seeds-1 (default 13000)")
+    c.add_argument("--requests", type=int, help="requests per trace (default 200)")
+    c.add_argument("--jobs", type=int, help="worker processes (default: CPU count)")
+    c.add_argument(
+        "--format",
+        choices=("table", "markdown", "json"),
+        default="table",
+        help="stdout: table (goodput and shares), markdown (results.md) or json (results.json)",
+    )
+    c.add_argument("--out", type=Path, help="folder for results.json, results.md and the PNG")
+    c.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+def _bench_from(args: argparse.Namespace) -> ClusterBench:
+    bench = with_overrides(
+        ClusterBench(),
+        pool=args.pool,
+        workloads=args.workloads,
+        multiples=args.multiples,
+        policies=args.policies,
+        seeds=args.seeds,
+        seed_base=args.seed_base,
+        requests=args.requests,
+    )
+    problems = []
+    unknown = sorted(set(bench.pool) - set(PRESETS))
+    if unknown:
+        problems.append(f"unknown preset(s) {', '.join(unknown)}; known: {', '.join(PRESETS)}")
+    unknown = sorted(set(bench.policies) - set(policies()))
+    if unknown or not bench.policies:
+        problems.append(f"unknown policies {', '.join(unknown)}; known: {', '.join(policies())}")
+    if not bench.multiples or min(bench.multiples) <= 0:
+        problems.append("--multiples must be positive numbers")
+    if bench.seeds < 1 or bench.requests < 1:
+        problems.append("--seeds and --requests must be >= 1")
+    if problems:
+        raise SystemExit("saber-bench: " + "; ".join(problems))
+    return bench
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    err = Console(stderr=True)
+    bench = _bench_from(args)
+    # The paper's four task types, as the gateway ships them (with useful_s).
+    shipped = load_gateway_config(env={}).tasks
+    tasks = {name: shipped[name] for name in load_tasks()}
+    workloads = load_workloads(tasks=tasks)
+    missing = set(bench.workloads) - set(workloads)
+    if missing:
+        raise SystemExit(f"saber-bench: unknown workload(s): {', '.join(sorted(missing))}")
+    started = time.perf_counter()
+    presets = {p: PRESETS[p] for p in bench.pool}
+    run = run_cluster(
+        bench, presets, tasks, workloads, jobs=args.jobs, progress=not args.no_progress
+    )
+    for name, rates in run.rates.items():
+        caps = ", ".join(f"{w} {c:.3g}" for w, c in rates.items())
+        err.print(f"{name}: vLLM alone saturates at {caps} requests/s")
+    if args.format == "json" or args.out:
+        data = to_json(run)
+    if args.format == "table":
+        print(table(run))
+    else:
+        print(data if args.format == "json" else markdown(run))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(data)
+        (args.out / "results.md").write_text(markdown(run))
+        err.print(f"wrote {goodput_vs_load(run, args.out / 'cluster_goodput.png')}")
+    err.print(
+        f"{len(run.results)} traces, {len(run.results) * len(bench.policies)} runs of "
+        f"{bench.requests} requests on {len(bench.pool)} replicas in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
+    return 0

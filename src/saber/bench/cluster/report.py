@@ -1,0 +1,128 @@
+"""A pool run as rows (one per workload x load x policy, means over seeds), JSON and
+markdown."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from saber.bench._grid import VLLM_DEFAULT_MAX_NUM_SEQS
+from saber.bench._report import dumps
+from saber.bench.cluster.run import ClusterRun, PointResult, describe_pool
+
+
+def rows(run: ClusterRun) -> list[dict[str, Any]]:
+    """One row per (workload, multiple, policy): goodput, refused and each replica's
+    share of the requests in percent, preemptions per run, means over the seeds."""
+    groups: dict[tuple[str, float], list[PointResult]] = {}
+    for r in run.results:
+        groups.setdefault((r.point.workload, r.point.multiple), []).append(r)
+    out = []
+    for (workload, multiple), results in groups.items():
+        for policy in run.bench.policies:
+            runs = [r.runs[policy] for r in results]
+            shares = np.mean([np.array(s.per_backend) / sum(s.per_backend) for s in runs], 0)
+            tasks = sorted({t for s in runs for t in s.task_goodput})
+            out.append(
+                {
+                    "workload": workload,
+                    "multiple": multiple,
+                    "rps": results[0].point.rps,
+                    "capacity_rps": run.capacity[workload],
+                    "policy": policy,
+                    "seeds": len(runs),
+                    "goodput": 100 * float(np.mean([s.goodput for s in runs])),
+                    "goodput_by_seed": [100 * s.goodput for s in runs],
+                    "refused": 100 * float(np.mean([s.refused for s in runs])),
+                    "share_by_replica": [100 * float(x) for x in shares],
+                    "preemptions": float(np.mean([s.preemptions for s in runs])),
+                    "task_goodput": {
+                        t: 100 * float(np.mean([s.task_goodput.get(t, 0.0) for s in runs]))
+                        for t in tasks
+                    },
+                }
+            )
+    return out
+
+
+def to_json(run: ClusterRun) -> str:
+    """The run's set-up, each replica's and the pool's capacity, and every row."""
+    bench = run.bench
+    return dumps(
+        {
+            "bench": dataclasses.asdict(bench),
+            "pool": describe_pool(bench.pool),
+            "max_num_seqs": VLLM_DEFAULT_MAX_NUM_SEQS,
+            "policies": list(bench.policies),
+            "replica_capacity_rps": run.rates,
+            "capacity_rps": run.capacity,
+            "rows": rows(run),
+        }
+    )
+
+
+def _header(run: ClusterRun) -> list[str]:
+    bench = run.bench
+    caps = ", ".join(f"{w} {c:.3g}" for w, c in run.capacity.items())
+    return [
+        f"## Pool: {describe_pool(bench.pool)}\n",
+        f"Each replica vLLM (max_num_seqs {VLLM_DEFAULT_MAX_NUM_SEQS}): alone behind each "
+        "router (round-robin, least-outstanding, queue-kv); behind the gateway's admission "
+        "placing by the chance of meeting the deadline (saber), or as a router would "
+        f"(saber+round-robin, saber+least-loaded). Realistic mode, {bench.requests} "
+        "requests per trace, "
+        f"{bench.seeds} trace(s) per load (seeds {bench.seed_base}.."
+        f"{bench.seed_base + bench.seeds - 1}). Load = a multiple of the pool's capacity, "
+        f"the sum of its replicas' saturation rates (requests/s): {caps}.\n",
+    ]
+
+
+def _table(data: Sequence[dict[str, Any]], policies: Sequence[str], cell: str) -> list[str]:
+    by = {(r["workload"], r["multiple"], r["policy"]): r for r in data}
+    loads = list(dict.fromkeys((r["workload"], r["multiple"], r["rps"]) for r in data))
+    out = [
+        "| workload | load | req/s | " + " | ".join(policies) + " |",
+        "|---|---|---|" + "---|" * len(policies),
+    ]
+    for w, m, rps in loads:
+        cells = []
+        for p in policies:
+            r = by[(w, m, p)]
+            if cell == "share":
+                cells.append(" / ".join(f"{x:.0f}" for x in r["share_by_replica"]))
+            else:
+                cells.append(f"{r[cell]:.1f}")
+        out.append(f"| {w} | {m:g}x | {rps:.3g} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table(run: ClusterRun) -> str:
+    """Goodput per load and policy, and where each policy sent the requests."""
+    data, policies = rows(run), run.bench.policies
+    replicas = ", ".join(run.bench.pool)
+    return "\n".join(
+        [
+            *_header(run),
+            "Goodput (% of requests within their SLA):\n",
+            *_table(data, policies, "goodput"),
+            f"\nShare of the requests sent to each replica (%; {replicas}):\n",
+            *_table(data, policies, "share"),
+        ]
+    ) + "\n"  # fmt: skip
+
+
+def markdown(run: ClusterRun) -> str:
+    """``table``, then the % refused and the preemptions per run."""
+    data, policies = rows(run), run.bench.policies
+    return "\n".join(
+        [
+            table(run),
+            "Refused (% never served: rejected, or still waiting when the run ended):\n",
+            *_table(data, policies, "refused"),
+            "\nPreemptions per run (all replicas):\n",
+            *_table(data, policies, "preemptions"),
+        ]
+    ) + "\n"  # fmt: skip

@@ -1,0 +1,280 @@
+"""A pool of replicas: what a run covers, the ways to serve a trace on it, and running it.
+
+Every workload x load x seed is one trace, in realistic mode (clients send their
+task's cap as max_tokens), with the task types the gateway ships; loads are multiples
+of the pool's capacity, the sum of the rate at which vLLM alone saturates each replica.
+Each trace is served by every policy on fresh engines with vLLM's default
+``max_num_seqs``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from saber.bench._grid import VLLM_DEFAULT_MAX_NUM_SEQS, shipped_policy
+from saber.bench._offline import engine_profiles, saturation_rate
+from saber.bench._pool import parallel_map
+from saber.bench._runner import summarize
+from saber.config import TaskType, Workload
+from saber.engine import Engine, EnginePreset
+from saber.scheduler import PLACEMENTS, Placement, Pool
+from saber.sim import ROUTERS, ClusterResult, simulate_cluster
+from saber.speed import SpeedModel, TTFTFit
+from saber.workload import TraceRequest, generate_trace
+
+POOL = "2xa10-qwen2.5-coder-3b,1xa100-40gb-qwen2.5-coder-3b"
+"""The default pool: one model on two kinds of accelerator, the fast one about twice
+as fast as each slow one."""
+MULTIPLES = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+
+PROFILE_WORKLOAD = "W3"  # the mix each replica's profile is fitted on, as in the matrix
+
+
+@dataclass(frozen=True)
+class ReplicaFit:
+    """What saber-profile would fit on one replica's engine: f(L) and the TTFT fit."""
+
+    speed: SpeedModel
+    ttft: TTFTFit | None
+
+
+ServeFn = Callable[
+    [Sequence[TraceRequest], list[Engine], Mapping[str, TaskType], Sequence[ReplicaFit]],
+    ClusterResult,
+]
+"""One way to serve a trace on the pool: (trace, fresh engines, task types, each
+replica's fit) -> result."""
+
+
+def _behind_router(
+    name: str,
+    trace: Sequence[TraceRequest],
+    engines: list[Engine],
+    tasks: Mapping[str, TaskType],
+    fits: Sequence[ReplicaFit],
+) -> ClusterResult:
+    return simulate_cluster(trace, engines, tasks=tasks, router=ROUTERS[name]())
+
+
+def _saber(
+    place: Placement,
+    trace: Sequence[TraceRequest],
+    engines: list[Engine],
+    tasks: Mapping[str, TaskType],
+    fits: Sequence[ReplicaFit],
+) -> ClusterResult:
+    """The gateway's admission (the shipped policy) over the pool, each replica with its
+    own profile, placing by ``place``."""
+    policy = dataclasses.replace(shipped_policy(), max_concurrency=VLLM_DEFAULT_MAX_NUM_SEQS)
+    pool = Pool.build(
+        [f.speed for f in fits],
+        policy,
+        tasks=tasks,
+        ttfts=[None if f.ttft is None else f.ttft.predict for f in fits],
+        place=place,
+    )
+    return simulate_cluster(trace, engines, tasks=tasks, pool=pool)
+
+
+SABER = "saber"
+"""The gateway over the pool: admission, and placement by the chance of meeting the
+deadline. ``saber+<placement>``: the same admission behind a router's placement."""
+
+
+def policies() -> dict[str, ServeFn]:
+    """Every way the bench serves a trace on the pool, by name: vLLM alone behind each
+    router of ``saber.sim.ROUTERS``; the gateway's admission over the pool, placing by
+    chance (``saber``) or as a router would (``saber+round-robin``, ``saber+least-loaded``)."""
+    out: dict[str, ServeFn] = {name: functools.partial(_behind_router, name) for name in ROUTERS}
+    out[SABER] = functools.partial(_saber, "chance")
+    for place in PLACEMENTS:
+        if place != "chance":
+            out[f"{SABER}+{place}"] = functools.partial(_saber, place)
+    return out
+
+
+def parse_pool(text: str) -> tuple[str, ...]:
+    """``"2xa,1xb"`` (or ``"a,b"``) -> ``("a", "a", "b")``: one preset name per replica."""
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        match = re.fullmatch(r"(\d+)x(.+)", part)
+        count, name = (int(match[1]), match[2].strip()) if match else (1, part)
+        if count < 1:
+            raise ValueError(f"{part!r}: a pool needs at least one replica of each preset")
+        out += [name] * count
+    if not out:
+        raise ValueError("an empty pool")
+    return tuple(out)
+
+
+def describe_pool(pool: Sequence[str]) -> str:
+    """``("a", "a", "b")`` -> ``"2x a + 1x b"``, in order of first appearance."""
+    counts = {name: pool.count(name) for name in dict.fromkeys(pool)}
+    return " + ".join(f"{n}x {name}" for name, n in counts.items())
+
+
+@dataclass(frozen=True)
+class ClusterBench:
+    """What a run covers. ``pool`` names one preset per replica; trace seeds are
+    ``seed_base`` + 0..seeds-1 (13000.., used by no other benchmark)."""
+
+    pool: tuple[str, ...] = parse_pool(POOL)
+    workloads: tuple[str, ...] = ("W1", "W2", "W3")
+    multiples: tuple[float, ...] = MULTIPLES
+    policies: tuple[str, ...] = tuple(policies())
+    seeds: int = 3
+    seed_base: int = 13000
+    requests: int = 200
+
+    def points(self, capacity: Mapping[str, float]) -> list[Point]:
+        """Every trace; ``capacity[workload]`` is the pool's saturation rate."""
+        return [
+            Point(w, m, m * capacity[w], s)
+            for w in self.workloads
+            for m in self.multiples
+            for s in range(self.seeds)
+        ]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One trace: a workload at a multiple of the pool's capacity, one seed."""
+
+    workload: str
+    multiple: float
+    rps: float
+    seed: int  # 0..seeds-1
+
+
+@dataclass(frozen=True)
+class Served:
+    """One policy's run of one trace: shares of its requests (0..1), and per replica."""
+
+    goodput: float
+    refused: float
+    task_goodput: dict[str, float]
+    per_backend: tuple[int, ...]  # requests sent to each replica
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class PointResult:
+    point: Point
+    runs: dict[str, Served]  # policy -> its run
+
+
+@dataclass(frozen=True)
+class ClusterRun:
+    bench: ClusterBench
+    rates: dict[str, dict[str, float]]  # preset -> workload -> vLLM alone's saturation
+    capacity: dict[str, float]  # workload -> the pool's: the sum over its replicas
+    results: list[PointResult]
+
+
+def served(result: ClusterResult) -> Served:
+    """A run scored as the bench scores every run (``saber.bench._runner.summarize``)."""
+    stats = summarize(result)
+    return Served(
+        stats.goodput,
+        stats.refused,
+        dict(stats.task_goodput),
+        tuple(b.served for b in result.backends),
+        result.preemptions,
+    )
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What every task needs: sent once to each worker process."""
+
+    bench: ClusterBench
+    presets: Mapping[str, EnginePreset]
+    tasks: Mapping[str, TaskType]
+    workloads: Mapping[str, Workload]
+    fits: Mapping[str, ReplicaFit] = dataclasses.field(default_factory=dict)
+
+    def fit(self, preset: str) -> ReplicaFit:
+        models, ttft = engine_profiles(
+            self.presets[preset], self.workloads[PROFILE_WORKLOAD], self.tasks, ["usl"]
+        )
+        return ReplicaFit(models["usl"], ttft)
+
+    def rate(self, key: tuple[str, str]) -> float:
+        preset, workload = key
+        return saturation_rate(
+            self.presets[preset],
+            self.workloads[workload],
+            self.tasks,
+            max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS,
+        )
+
+    def run(self, point: Point) -> PointResult:
+        bench = self.bench
+        trace = generate_trace(
+            self.workloads[point.workload],
+            self.tasks,
+            rps=point.rps,
+            n=bench.requests,
+            seed=bench.seed_base + point.seed,
+            mode="realistic",
+        )
+        serve = policies()
+        runs = {}
+        for name in bench.policies:
+            engines = [
+                Engine(self.presets[p], max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS) for p in bench.pool
+            ]
+            fits = [self.fits[p] for p in bench.pool] if self.fits else []
+            runs[name] = served(serve[name](trace, engines, self.tasks, fits))
+        return PointResult(point, runs)
+
+
+def run_cluster(
+    bench: ClusterBench,
+    presets: Mapping[str, EnginePreset],
+    tasks: Mapping[str, TaskType],
+    workloads: Mapping[str, Workload],
+    *,
+    jobs: int | None = None,
+    progress: bool = True,
+) -> ClusterRun:
+    """Measure each distinct replica's saturation rate on each workload (one task
+    each), then serve every trace (one task each). ``presets`` maps each name of
+    ``bench.pool`` to its EnginePreset."""
+    shared = _Shared(bench, dict(presets), tasks, workloads)
+    keys = [(p, w) for p in dict.fromkeys(bench.pool) for w in bench.workloads]
+    measured = parallel_map(
+        _Shared.rate, shared, keys, description="measuring replicas", jobs=jobs, progress=progress
+    )
+    rates: dict[str, dict[str, float]] = {}
+    for (p, w), rate in zip(keys, measured, strict=True):
+        rates.setdefault(p, {})[w] = rate
+    capacity = {w: sum(rates[p][w] for p in bench.pool) for w in bench.workloads}
+    if any(name.startswith(SABER) for name in bench.policies):
+        distinct = list(dict.fromkeys(bench.pool))
+        fitted = parallel_map(
+            _Shared.fit, shared, distinct, description="profiling replicas", jobs=jobs,
+            progress=progress,
+        )  # fmt: skip
+        shared = dataclasses.replace(shared, fits=dict(zip(distinct, fitted, strict=True)))
+    results = parallel_map(
+        _Shared.run,
+        shared,
+        bench.points(capacity),
+        description="serving traces",
+        jobs=jobs,
+        progress=progress,
+    )
+    return ClusterRun(bench, rates, capacity, results)
+
+
+def with_overrides(bench: ClusterBench, **values: Any) -> ClusterBench:
+    """``bench`` with every value that is not None."""
+    return dataclasses.replace(bench, **{k: v for k, v in values.items() if v is not None})

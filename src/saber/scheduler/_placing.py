@@ -1,0 +1,80 @@
+"""What a pool of backends asks each one's scheduler (``saber.scheduler._pool``).
+
+Whether a request waiting elsewhere would be admitted here now (``pass_rule``,
+``admissible``), what placing it here is worth (``placement_value``: its chance less
+what it costs the requests here and those to come, the terms admission weighs), and
+moving a waiting request from one backend's queue to run on another (``take``,
+``start_taken``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from saber.scheduler._decide import Decide
+from saber.scheduler._request import Decision, SchedRequest, Tier
+
+
+def _anything(_: SchedRequest) -> float:
+    return -math.inf
+
+
+class Placing(Decide):
+    """A mixin of ``Scheduler``: its face to a pool."""
+
+    def pass_rule(self, tier: Tier, now: float) -> Callable[[SchedRequest], float] | None:
+        """The earliest deadline with which a request waiting in ``tier`` would be
+        admitted here now, as a function of the request (to search another backend's
+        queue with); None when none would be (a policy that does not decide by chance,
+        or demoted work while this HPQ waits)."""
+        if self.policy.decide != "chance":
+            return None
+        credit = 0.0
+        if tier is Tier.LOW:
+            if len(self._hpq):
+                return None
+            credit = self.policy.late_value
+        return self._earliest_rule(now, self.predicted_speed(self._load + 1), credit)
+
+    def admissible(self, req: SchedRequest, now: float) -> bool:
+        """Whether ``req``, were it waiting here, would be admitted by ``poll(now)``."""
+        rule = self.pass_rule(req.tier, now)
+        if rule is None or not self._fits(req) or req.deadline < rule(req):
+            return False
+        return req.seqs == 1 or self._worth(req, now)
+
+    def placement_value(self, req: SchedRequest, now: float) -> float:
+        """Requests on schedule that running ``req`` here from ``now`` is worth: its
+        chance of its deadline at f(L + its sequences), less what its sequences cost
+        the running requests and those still to come (as admission counts them)."""
+        load = self._load + req.seqs
+        speed = self.predicted_speed(load)
+        if req.sla_kind == "ttft":
+            ok = req.deadline >= self._earliest_deadline(req.task, req.tokens, now, speed)
+            chance = 1.0 if ok else 0.0
+        else:
+            chance = self._chance(req, speed * (req.deadline - now)) ** req.seqs
+        if not self._load or self.policy.decide != "chance":
+            return chance
+        running = self._exposure(now, 1) if self.policy.gain else None
+        future = self._future(now, speed) if self.policy.future else []
+        return chance - self._cost(req, speed, running, future) * req.seqs
+
+    def most_urgent_waiting(
+        self, tier: Tier, earliest: Callable[[SchedRequest], float] = _anything
+    ) -> SchedRequest | None:
+        """The waiting request of ``tier`` with the earliest deadline among those whose
+        deadline is at least ``earliest(request)`` (another backend's ``pass_rule``)."""
+        return self._queue(tier).most_urgent_passing(earliest)
+
+    def take(self, req_id: str) -> SchedRequest | None:
+        """A waiting request leaves, to run on another backend of a pool (no outcome:
+        it is not done with). None if it is not waiting here."""
+        return self._hpq.remove(req_id) or self._lpq.remove(req_id)
+
+    def start_taken(self, req: SchedRequest, now: float) -> Decision:
+        """Run at once a request taken from another backend's queue, in its tier."""
+        self._tick(now)
+        self._kinds[req.task] = req.sla_kind
+        return self._start(req, now, req.tier)

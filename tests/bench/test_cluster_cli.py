@@ -1,0 +1,75 @@
+"""``saber-bench cluster``: a pool of replicas behind each router and the gateway, in-process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from saber.bench.cli import main
+from saber.bench.cluster.run import describe_pool, parse_pool, policies
+from saber.sim import ROUTERS
+
+SMALL = ["--workloads", "W1", "--multiples", "1", "--seeds", "1", "--requests", "40"]
+SMALL += ["--jobs", "1", "--no-progress"]
+
+
+def test_cluster_cli_writes_results_json_markdown_and_a_plot(tmp_path, capsys):
+    assert main(["cluster", *SMALL, "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("## Pool: 2x a10-qwen2.5-coder-3b + 1x a100-40gb-qwen2.5-coder-3b")
+    assert "| W1 | 1x |" in printed and "Share of the requests" in printed
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["policies"] == list(policies()) and data["max_num_seqs"] == 256
+    assert set(ROUTERS) < set(policies()) and "saber" in policies()
+    rates = data["replica_capacity_rps"]
+    pool = 2 * rates["a10-qwen2.5-coder-3b"]["W1"] + rates["a100-40gb-qwen2.5-coder-3b"]["W1"]
+    assert data["capacity_rps"]["W1"] == pytest.approx(pool)
+    rows = data["rows"]
+    assert [r["policy"] for r in rows] == list(policies())
+    for row in rows:
+        assert (row["workload"], row["multiple"], row["seeds"]) == ("W1", 1.0, 1)
+        assert row["rps"] == pytest.approx(pool) and row["capacity_rps"] == pytest.approx(pool)
+        assert 0 < row["goodput"] <= 100
+        if row["policy"] in ROUTERS:
+            assert row["refused"] == 0.0  # a router refuses none
+        assert row["goodput_by_seed"] == [row["goodput"]]
+        assert len(row["share_by_replica"]) == 3
+        assert sum(row["share_by_replica"]) == pytest.approx(100.0)
+    by = {r["policy"]: r for r in rows}
+    assert by["round-robin"]["share_by_replica"] == pytest.approx([35.0, 32.5, 32.5])
+    text = (tmp_path / "results.md").read_text()
+    assert "Goodput" in text and "Refused" in text and "Preemptions" in text
+    assert (tmp_path / "cluster_goodput.png").stat().st_size > 10_000
+
+
+def test_cluster_cli_json_and_a_chosen_pool_and_policies(capsys):
+    main(
+        ["cluster", *SMALL, "--pool", "paper,1xpaper", "--policies", "queue-kv", "--format", "json"]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["pool"] == "2x paper" and data["bench"]["pool"] == ["paper", "paper"]
+    (row,) = data["rows"]
+    assert row["policy"] == "queue-kv" and len(row["share_by_replica"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pool", "2xh200-llama"], "unknown preset"),
+        (["--pool", "0xpaper"], "at least one replica"),
+        (["--policies", "random"], "unknown policies random"),
+        (["--workloads", "W9"], "unknown workload"),
+        (["--multiples", "0"], "--multiples must be positive"),
+    ],
+)
+def test_cluster_cli_refuses_bad_options(args, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["cluster", *SMALL, *args])
+    assert message in f"{info.value.code} {capsys.readouterr().err}"  # ours, or argparse's
+
+
+def test_a_pool_is_written_as_counts_of_presets():
+    assert parse_pool("2xa, 1xb,c") == ("a", "a", "b", "c")
+    assert describe_pool(("a", "b", "a")) == "2x a + 1x b"
+    assert set(policies()) == {*ROUTERS, "saber", "saber+round-robin", "saber+least-loaded"}
