@@ -159,3 +159,25 @@ def test_a_pool_is_built_right_or_not_at_all():
     lengths = TaskLengths([TASK])
     ok = Pool([Scheduler(flat(10.0), tasks=[TASK], lengths=lengths)])
     assert ok.lengths is lengths
+
+
+def test_load_from_elsewhere_slows_every_prediction_but_never_idles_the_engine():
+    sched = Scheduler(flat(60.0, slope=0.1), default(max_concurrency=8), tasks=[TASK])
+    alone = sched.predicted_speed(1)
+    sched.set_elsewhere(seen=4, headroom=2, now=0.0)
+    assert sched.predicted_speed(1) == pytest.approx(flat(60.0, slope=0.1)(7))
+    assert not sched.engine_idle
+    # 300 tokens in 10 s needs 30 tok/s: f(7) = 37.5 still passes, f(11) = 30 would not.
+    assert admissions_of(sched.offer(req("a", 0.0, 300), 0.0)) == ["a"]
+    sched.set_elsewhere(seen=8, headroom=2, now=0.1)
+    assert sched.predicted_speed(1) == pytest.approx(alone / 2)  # f(11)
+    # Others' requests gone, only the headroom left: the engine is idle, and a
+    # request no prediction admits still runs.
+    sched.finish("a", 1.0, 300)
+    sched.set_elsewhere(seen=0, headroom=50, now=1.0)
+    assert sched.engine_idle
+    assert admissions_of(sched.offer(req("b", 1.0, 5000), 1.0)) == ["b"]
+
+
+def admissions_of(decisions) -> list[str]:
+    return [d.request.id for d in decisions if d.action is Action.ADMIT]

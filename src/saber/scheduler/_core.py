@@ -91,6 +91,7 @@ class Scheduler(Placing):
         self._lpq = TaskQueues()
         self._running: dict[str, SchedRequest] = {}
         self._load = 0  # sequences running: the sum of their seqs
+        self._seen_elsewhere = self._elsewhere = 0  # at the backend, not admitted here
         self._high_running = 0
         # Lazy min-heaps: stale entries are skipped when they surface.
         self._demote_at: list[tuple[float, str]] = []

@@ -131,7 +131,7 @@ class Decide(Bookkeeping):
         if self.policy.decide == "mean":
             return self._admit_mean(now)
         out = self._admit_chance(now)
-        if not out and not self._running and self.queued():
+        if not out and self.engine_idle and self.queued():
             out = self._admit_on_idle(now)
         return out
 

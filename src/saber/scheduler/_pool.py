@@ -125,6 +125,12 @@ class Pool:
         times = [t for b in self.backends if (t := b.next_wakeup()) is not None]
         return min(times) if times else None
 
+    def set_elsewhere(self, backend: int, seen: int, headroom: int, now: float) -> None:
+        """What runs at ``backend`` that this pool did not admit (other gateways'), as
+        last scraped, and a headroom for their admissions since
+        (``Scheduler.set_elsewhere``)."""
+        self.backends[backend].set_elsewhere(seen, headroom, now)
+
     def backend_of(self, req_id: str) -> int | None:
         return self._where.get(req_id)
 
@@ -206,7 +212,7 @@ class Pool:
         placements."""
         if self.place != "chance":
             return None
-        if not backend.load and not backend.queued():
+        if backend.engine_idle and not backend.queued():
             return _anything
         return backend.pass_rule(tier, now)
 

@@ -52,6 +52,11 @@ class SpeedModel:
     # What the clocks run at: the running requests and their sequences (the L).
     _running: dict[str, SchedRequest]
     _load: int
+    # Sequences at the backend that this scheduler did not admit (other gateways', as
+    # last seen), and that plus a headroom for what they admitted since: f is read at
+    # L + the latter.
+    _seen_elsewhere: int
+    _elsewhere: int
     _times_f1: float  # the calibrated f(1) when the times were last computed
 
     # -- the speed model -------------------------------------------------
@@ -98,8 +103,23 @@ class SpeedModel:
         return self._speed
 
     def predicted_speed(self, load: float) -> float:
-        """f(L), calibrated: what one request is expected to get at load L."""
-        return self.calibration * float(self._speed(max(1.0, load)))
+        """f(L), calibrated: what one request is expected to get at load L of its own
+        (with what runs there from elsewhere)."""
+        return self.calibration * float(self._speed(max(1.0, load + self._elsewhere)))
+
+    def set_elsewhere(self, seen: int, headroom: int, now: float) -> None:
+        """The backend also runs ``seen`` sequences that this scheduler did not admit
+        (other gateways in front of it, as last scraped), and may run ``headroom`` more
+        (what they admitted since): every prediction reads f at L + both. An engine
+        that runs nothing, here or elsewhere, is still never kept idle."""
+        self._tick(now)
+        self._seen_elsewhere = max(int(seen), 0)
+        self._elsewhere = self._seen_elsewhere + max(int(headroom), 0)
+
+    @property
+    def engine_idle(self) -> bool:
+        """Nothing runs at the backend, of this scheduler's or, as last seen, others'."""
+        return not self._running and not self._seen_elsewhere
 
     def _f(self, load: int) -> float:
         """The raw f at an integer load, cached: the value rule asks for many loads."""
@@ -149,8 +169,8 @@ class SpeedModel:
         """Advance the clocks to ``now`` at the load that held since the last event."""
         if self._clock_at is not None and now > self._clock_at and self._running:
             dt = now - self._clock_at
-            self._clock += self._f(self._load) * dt
-            self._area += self._load * dt
+            self._clock += self._f(self._load + self._elsewhere) * dt
+            self._area += (self._load + self._elsewhere) * dt
         if self._clock_at is None or now > self._clock_at:
             self._clock_at = now
 
@@ -170,7 +190,7 @@ class SpeedModel:
         """The token clock (tokens one request has made since the start, uncalibrated),
         run forward to ``now``."""
         if self._clock_at is not None and now > self._clock_at:
-            return self._clock + self._f(self._load) * (now - self._clock_at)
+            return self._clock + self._f(self._load + self._elsewhere) * (now - self._clock_at)
         return self._clock
 
     # -- what the decision rule supplies ---------------------------------
