@@ -181,3 +181,12 @@ def test_load_from_elsewhere_slows_every_prediction_but_never_idles_the_engine()
 
 def admissions_of(decisions) -> list[str]:
     return [d.request.id for d in decisions if d.action is Action.ADMIT]
+
+
+def test_a_request_the_pool_cannot_take_leaves_nothing_behind():
+    p = pool(flat(60.0), flat(60.0), max_concurrency=2)
+    too_big = request_for(TASK, id="big", arrival=0.0, tokens=50, seqs=3)
+    with pytest.raises(ValueError, match="max_concurrency"):
+        p.offer(too_big, 0.0)
+    assert p.backend_of("big") is None
+    assert admissions(p.offer(req("big", 0.0, 50), 0.0)) == {"big": 0}  # the id is free

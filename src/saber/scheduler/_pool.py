@@ -100,7 +100,12 @@ class Pool:
             raise ValueError(f"request {req.id} is already known to the pool")
         home = self._home(req, now)
         self._where[req.id] = home
-        return self._tagged(home, self.backends[home].offer(req, now)) + self._rebalance(now)
+        try:
+            decisions = self.backends[home].offer(req, now)
+        except Exception:
+            del self._where[req.id]  # refused before anything changed (Scheduler.offer)
+            raise
+        return self._tagged(home, decisions) + self._rebalance(now)
 
     def poll(self, now: float) -> list[Placed]:
         out: list[Placed] = []
