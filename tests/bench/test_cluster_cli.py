@@ -7,7 +7,7 @@ import json
 import pytest
 
 from saber.bench.cli import main
-from saber.bench.cluster.run import describe_pool, parse_pool, policies
+from saber.bench.cluster.run import describe_pool, parse_pool, policies, with_gateways
 from saber.sim import ROUTERS
 
 SMALL = ["--workloads", "W1", "--multiples", "1", "--seeds", "1", "--requests", "40"]
@@ -61,6 +61,9 @@ def test_cluster_cli_json_and_a_chosen_pool_and_policies(capsys):
         (["--policies", "random"], "unknown policies random"),
         (["--workloads", "W9"], "unknown workload"),
         (["--multiples", "0"], "--multiples must be positive"),
+        (["--gateways", "0,2"], "--gateways must be numbers >= 1"),
+        (["--scrape-s", "0"], "--scrape-s must be > 0"),
+        (["--policies", "saber x2"], "unknown policies saber x2"),  # no --gateways 2
     ],
 )
 def test_cluster_cli_refuses_bad_options(args, message, capsys):
@@ -73,3 +76,34 @@ def test_a_pool_is_written_as_counts_of_presets():
     assert parse_pool("2xa, 1xb,c") == ("a", "a", "b", "c")
     assert describe_pool(("a", "b", "a")) == "2x a + 1x b"
     assert set(policies()) == {*ROUTERS, "saber", "saber+round-robin", "saber+least-loaded"}
+
+
+def test_cluster_cli_with_several_gateways(tmp_path, capsys):
+    args = ["cluster", *SMALL, "--policies", "queue-kv,saber", "--gateways", "1,2"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "saber x2, saber x2 no-headroom: M gateways" in printed
+    assert "Unseen overload" in printed and "Most requests in each replica" in printed
+    data = json.loads((tmp_path / "results.json").read_text())
+    names = ["queue-kv", "saber", "saber x2", "saber x2 no-headroom"]
+    assert data["policies"] == names
+    assert data["bench"]["gateways"] == [1, 2] and data["bench"]["scrape_s"] == 0.2
+    by = {r["policy"]: r for r in data["rows"]}
+    assert list(by) == names
+    for name, row in by.items():
+        assert 0 < row["goodput"] <= 100
+        assert sum(row["share_by_replica"]) == pytest.approx(100.0)
+        assert len(row["max_in_engine_by_replica"]) == 3 and min(row["max_in_engine_by_replica"])
+        unseen = row.get("max_unseen_by_replica")
+        assert (unseen is not None) == name.startswith("saber x")
+        assert unseen is None or (len(unseen) == 3 and min(unseen) >= 0)
+    assert "Unseen overload" in (tmp_path / "results.md").read_text()
+
+
+def test_gateways_add_the_saber_variants_only_with_saber():
+    assert with_gateways(("queue-kv", "saber"), (1, 2, 4)) == (
+        "queue-kv", "saber", "saber x2", "saber x2 no-headroom", "saber x4",
+    )  # fmt: skip
+    assert with_gateways(("queue-kv",), (1, 2)) == ("queue-kv",)
+    assert with_gateways(("saber x4", "saber"), (4,)) == ("saber x4", "saber")
+    assert set(policies((1, 3))) == set(policies()) | {"saber x3"}

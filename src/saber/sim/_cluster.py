@@ -14,6 +14,11 @@ decode steps back to back until the next arrival. With a pool, a finish on one
 replica may admit a request to another, so an engine also stops before starting a
 step at or after another busy engine's next step boundary; every request then joins
 its replica at the first step boundary after its admission, as in ``simulate``.
+
+Several gateways (``gateways``), each its own admission pool over every replica, know
+of each other only through scrapes (``saber.sim._gateways``): a scrape is an event
+too, after the arrivals and wake-ups at its time, and an engine also stops before
+starting a step at or after the next scrape, so each scrape sees it within one step.
 """
 
 from __future__ import annotations
@@ -22,66 +27,17 @@ import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from saber.config import TaskType
 from saber.engine import Engine, EngineRequest, StepResult
-from saber.scheduler import Action, Decision, SchedRequest, TaskLengths, Tier, request_for
-from saber.sim._records import SimRecord, SimResult
+from saber.scheduler import Action, Tier, request_for
+from saber.sim._cluster_types import AdmissionPool, BackendStats, ClusterResult, Placed
+from saber.sim._gateways import SCRAPE_S, Gateways
+from saber.sim._records import SimRecord
 from saber.sim._routers import BackendView, Router
 from saber.workload import TraceRequest
 
 _MAX_STEPS = 1 << 30
-
-
-class Placed(Protocol):
-    """A pool's decision and the replica it concerns (where an admitted request runs)."""
-
-    @property
-    def decision(self) -> Decision: ...
-    @property
-    def backend(self) -> int: ...
-
-
-class AdmissionPool(Protocol):
-    """Admission and placement over the replicas, driven like one scheduler: the part of
-    ``saber.scheduler.Pool`` the simulator drives."""
-
-    lengths: TaskLengths
-
-    def offer(self, req: SchedRequest, now: float) -> Sequence[Placed]: ...
-    def poll(self, now: float) -> Sequence[Placed]: ...
-    def progress(self, req_id: str, tokens: int, now: float) -> None: ...
-    def finish(self, req_id: str, now: float, tokens: int | None = None) -> object: ...
-    def next_wakeup(self) -> float | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class BackendStats:
-    """What one replica did: requests handed to it and finished there, the most it ran
-    at once, its preemptions and steps."""
-
-    index: int
-    preset: str
-    served: int
-    finished: int
-    max_running: int
-    preemptions: int
-    steps: int
-
-
-@dataclass(slots=True)
-class ClusterResult(SimResult):
-    """A pool's run: a ``SimResult`` over every replica (so the bench scores it as one
-    run), where each request was served, and each replica's counts.
-
-    ``steps``, ``engine_calls`` and ``preemptions`` are summed over the replicas,
-    ``max_running`` is the most any one replica ran at once, and ``end`` is when the
-    last step of any replica ended.
-    """
-
-    served_by: dict[str, int] = field(default_factory=dict)  # request id -> replica
-    backends: list[BackendStats] = field(default_factory=list)
 
 
 def simulate_cluster(
@@ -91,18 +47,26 @@ def simulate_cluster(
     tasks: Mapping[str, TaskType],
     router: Router | None = None,
     pool: AdmissionPool | None = None,
+    gateways: Sequence[AdmissionPool] | None = None,
+    scrape_s: float = SCRAPE_S,
+    headroom: int | None = None,
     trust_max_tokens: bool = False,
 ) -> ClusterResult:
     """Serve ``trace`` on fresh ``engines`` in virtual time, behind exactly one of
-    ``router`` (every arrival goes at once to the replica it picks) or ``pool``
+    ``router`` (every arrival goes at once to the replica it picks), ``pool``
     (arrivals become scheduler input through ``request_for`` with the pool's
     ``lengths``; an ADMIT runs the request on ``placed.backend``; after each step the
     pool hears every running request's generated count and each finish, and is polled
-    after a finish, as ``simulate`` drives one scheduler). ``trust_max_tokens``: as
-    in ``simulate``.
+    after a finish, as ``simulate`` drives one scheduler) or ``gateways``, several
+    such pools with no shared store: each arrival goes to one
+    (``saber.sim._gateways.gateway_of``), which alone hears of it; every ``scrape_s``
+    each gateway learns the requests at each replica that are not its own
+    (``set_elsewhere``, with ``headroom`` for what the others admit until its next
+    scrape: None derives it, ``derived_headroom``) and is polled. ``gateways=[p]`` is
+    ``pool=p``. ``trust_max_tokens``: as in ``simulate``.
     """
-    if (router is None) == (pool is None):
-        raise ValueError("simulate_cluster needs exactly one of router and pool")
+    if sum(x is not None for x in (router, pool, gateways)) != 1:
+        raise ValueError("simulate_cluster needs exactly one of router and pool (or gateways)")
     if not engines:
         raise ValueError("simulate_cluster needs at least one engine")
     if len({id(e) for e in engines}) != len(engines):
@@ -115,7 +79,9 @@ def simulate_cluster(
     unknown = {r.task for r in ordered} - set(tasks)
     if unknown:
         raise ValueError(f"unknown task type(s): {', '.join(sorted(unknown))}")
-    run = _Run(ordered, list(engines), tasks, router, pool, trust_max_tokens)
+    pools = [pool] if pool is not None else list(gateways or [])
+    gw = None if router is not None else Gateways(pools, len(engines), scrape_s, headroom)
+    run = _Run(ordered, list(engines), tasks, router, gw, trust_max_tokens)
     run.loop()
     return run.result()
 
@@ -128,7 +94,7 @@ class _Run:
     engines: list[Engine]
     tasks: Mapping[str, TaskType]
     router: Router | None
-    pool: AdmissionPool | None
+    gw: Gateways | None
     trust_max_tokens: bool
     next: int = 0  # index of the next arrival
     admitted_at: dict[str, float] = field(default_factory=dict)
@@ -137,7 +103,6 @@ class _Run:
     demoted: set[str] = field(default_factory=set)
     rejected: set[str] = field(default_factory=set)
     calls: int = 0
-    polled_wake: float = -math.inf
 
     def __post_init__(self) -> None:
         self.by_id = {r.id: r for r in self.trace}
@@ -145,18 +110,30 @@ class _Run:
         self.ready = [-math.inf] * n  # when each busy engine's next step may start
         self.stepping: list[StepResult | None] = [None] * n  # a step whose end is unheard
         self.finished = [0] * n
+        self.most = [0] * n  # the most requests each engine held at a step's start
+        self.pools = [] if self.gw is None else list(self.gw.pools)
+        self.polled_wake = [-math.inf] * len(self.pools)
 
     # -- what happens next -------------------------------------------------
 
     def next_arrival(self) -> float:
         return self.trace[self.next].arrival if self.next < len(self.trace) else math.inf
 
-    def next_wakeup(self) -> float:
-        """The pool's next wake-up; one already polled (a stuck pool) is ignored."""
-        if self.pool is None:
-            return math.inf
-        wake = self.pool.next_wakeup()
-        return math.inf if wake is None or wake <= self.polled_wake else wake
+    def next_wakeup(self) -> tuple[float, int]:
+        """The earliest wake-up of a pool, and that pool; one already polled (a stuck
+        pool) is ignored."""
+        soonest = (math.inf, 0)
+        for g, pool in enumerate(self.pools):
+            wake = pool.next_wakeup()
+            if wake is not None and wake > self.polled_wake[g]:
+                soonest = min(soonest, (wake, g))
+        return soonest
+
+    def next_scrape(self) -> tuple[float, int]:
+        return (math.inf, 0) if self.gw is None else self.gw.next_scrape()
+
+    def stale(self) -> bool:
+        return self.gw is not None and self.gw.stale()
 
     def boundary(self, i: int) -> float:
         """Engine ``i``'s next step boundary: its step's end, or its next start."""
@@ -168,19 +145,23 @@ class _Run:
     def loop(self) -> None:
         engines = range(len(self.engines))
         while True:
-            arrival, wake = self.next_arrival(), self.next_wakeup()
+            arrival, (wake, g) = self.next_arrival(), self.next_wakeup()
             # The earliest step boundary; at equal times a step's end before a start.
             at, starts, i = min((self.boundary(i), self.stepping[i] is None, i) for i in engines)
             now = min(arrival, wake, at)
-            if now == math.inf:
-                return
-            if arrival == now:
+            scrape, s = self.next_scrape()
+            if now == math.inf and (scrape == math.inf or not self.stale()):
+                return  # nothing left, and no scrape would change a gateway's view
+            if scrape < now:
+                self.scrape(s, scrape)
+            elif arrival == now:
                 self.arrive(self.trace[self.next])
                 self.next += 1
             elif wake == now:
-                assert self.pool is not None
-                self.polled_wake = wake
-                self.apply(self.pool.poll(wake))
+                self.polled_wake[g] = wake
+                self.apply(self.pools[g].poll(wake), g)
+            elif scrape == now:
+                self.scrape(s, scrape)
             elif starts:
                 self.step(i, at)
             else:
@@ -193,22 +174,26 @@ class _Run:
             views = [_view(i, e) for i, e in enumerate(self.engines)]
             self.send(req.id, self.router.pick(views), req.arrival)
             return
-        assert self.pool is not None
+        assert self.gw is not None
+        pool = self.gw.take(req.id)
         sreq = request_for(
             self.tasks[req.task],
-            lengths=self.pool.lengths,
+            lengths=pool.lengths,
             id=req.id,
             arrival=req.arrival,
             max_tokens=req.max_tokens,
             tokens=req.max_tokens if self.trust_max_tokens else None,
         )
-        self.apply(self.pool.offer(sreq, req.arrival))
+        self.apply(pool.offer(sreq, req.arrival), self.gw.owner[req.id])
 
-    def apply(self, placed: Sequence[Placed]) -> None:
+    def apply(self, placed: Sequence[Placed], g: int) -> None:
+        """Carry out gateway ``g``'s decisions."""
         for p in placed:
             d = p.decision
             if d.action is Action.ADMIT:
                 self.send(d.request.id, p.backend, d.at, d.tier)
+                assert self.gw is not None
+                self.gw.admitted(g, p.backend)
             elif d.action is Action.DEMOTE:
                 self.demoted.add(d.request.id)
             elif d.action is Action.REJECT:
@@ -239,36 +224,63 @@ class _Run:
 
     def step(self, i: int, start: float) -> None:
         """Start engine ``i``'s steps at ``start``, run back to back until the next
-        time the router or the pool may have news for it (the module's docstring)."""
+        time the router, a pool or a scrape may have news for it (the module's
+        docstring)."""
+        engine = self.engines[i]
+        held = engine.num_running + engine.num_waiting
+        self.most[i] = max(self.most[i], held)
         until = self.next_arrival()
-        if self.pool is not None:
+        if self.gw is not None:
+            self.gw.step_starts(i, held)
             others = (self.boundary(j) for j in range(len(self.engines)) if j != i)
-            until = min(until, self.next_wakeup(), *others)
-        res = self.engines[i].step(
-            start, max_steps=_MAX_STEPS, until=None if until == math.inf else until
-        )
+            until = min(until, self.next_wakeup()[0], self.next_scrape()[0], *others)
+        res = engine.step(start, max_steps=_MAX_STEPS, until=None if until == math.inf else until)
         assert res is not None
         self.calls += 1
         self.stepping[i] = res
 
     def report(self, i: int) -> None:
-        """Engine ``i``'s step has ended: the pool hears its tokens and finishes."""
+        """Engine ``i``'s step has ended: each request's gateway hears its tokens and
+        its finish, and a gateway that heard a finish is polled."""
         res = self.stepping[i]
         assert res is not None
         self.stepping[i] = None
         now = self.ready[i] = res.end
         self.finished[i] += len(res.finished)
-        pool = self.pool
-        if pool is None:
+        gw = self.gw
+        if gw is None:
             return
+        pools, owner = self.pools, gw.owner
         for rid in res.tokens:
             ereq = self.in_engine[rid]
             if ereq.finished_at is None:
-                pool.progress(rid, ereq.generated, now)
-        if res.finished:
-            for ereq in res.finished:
-                pool.finish(ereq.id, now, ereq.generated)
-            self.apply(pool.poll(now))
+                pools[owner[rid]].progress(rid, ereq.generated, now)
+        heard: set[int] = set()
+        for ereq in res.finished:
+            g = owner[ereq.id]
+            pools[g].finish(ereq.id, now, ereq.generated)
+            gw.finished(g, i)
+            heard.add(g)
+        for g in sorted(heard):
+            self.apply(pools[g].poll(now), g)
+
+    def scrape(self, g: int, now: float) -> None:
+        """Gateway ``g`` reads every engine's running + waiting at ``now`` and counts as
+        elsewhere what is not its own (a request of a step still running that finished
+        by ``now`` is gone from both), then is polled."""
+        assert self.gw is not None
+        own, seen = self.gw.own[g], []
+        for b, engine in enumerate(self.engines):
+            total, mine = engine.num_running + engine.num_waiting, own[b]
+            step = self.stepping[b]  # the engine has already run it whole: undo its future
+            for ereq in step.finished if step is not None else ():
+                if ereq.finished_at is not None and ereq.finished_at > now:
+                    total += 1
+                elif self.gw.owner[ereq.id] == g:
+                    mine -= 1
+            seen.append(max(total - mine, 0))
+        self.gw.scraped(g, now, seen)
+        self.apply(self.pools[g].poll(now), g)
 
     # -- the outcome ---------------------------------------------------------
 
@@ -294,7 +306,7 @@ class _Run:
         records = [self.record(req) for req in self.trace]
         unfinished = [r.id for r in records if r.finished_at is None and not r.rejected]
         served = Counter(self.served_by.values())
-        engines = self.engines
+        engines, gw = self.engines, self.gw
         return ClusterResult(
             records=records,
             steps=sum(e.total_steps for e in engines),
@@ -306,9 +318,10 @@ class _Run:
             served_by=dict(self.served_by),
             backends=[
                 BackendStats(i, e.preset.name, served[i], self.finished[i], e.max_running,
-                             e.total_preemptions, e.total_steps)
+                             e.total_preemptions, e.total_steps, self.most[i])
                 for i, e in enumerate(engines)
             ],
+            gateways=[] if gw is None else gw.stats(),
         )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from saber.bench.cluster.run import (
     parse_pool,
     policies,
     run_cluster,
+    with_gateways,
     with_overrides,
 )
 from saber.config import load_gateway_config, load_tasks, load_workloads
@@ -56,7 +57,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f"(default {','.join(f'{m:g}' for m in MULTIPLES)})",
     )
     c.add_argument(
-        "--policies", type=csv(str), help=f"which (default all: {', '.join(policies())})"
+        "--policies",
+        type=csv(str),
+        help=f"which (default all: {', '.join(policies())}); with saber among them, "
+        "--gateways adds its multi-gateway variants",
+    )
+    c.add_argument(
+        "--gateways",
+        type=csv(int),
+        help="numbers of gateways in front of the pool, e.g. 1,2,4 (default 1): each M > 1 "
+        "adds 'saber xM' (M gateways, each its own pool, learning of the others only by "
+        "scraping the replicas), and 2 also 'saber x2 no-headroom'",
+    )
+    c.add_argument(
+        "--scrape-s",
+        type=float,
+        help="how often each gateway scrapes every replica's running + waiting (default 0.2)",
     )
     c.add_argument("--seeds", type=int, help="traces per load (default 3)")
     c.add_argument("--seed-base", type=int, help="trace seeds BASE..BASE+seeds-1 (default 13000)")
@@ -82,14 +98,22 @@ def _bench_from(args: argparse.Namespace) -> ClusterBench:
         seeds=args.seeds,
         seed_base=args.seed_base,
         requests=args.requests,
+        gateways=args.gateways,
+        scrape_s=args.scrape_s,
     )
+    bench = with_overrides(bench, policies=with_gateways(bench.policies, bench.gateways))
+    known = policies(bench.gateways)
     problems = []
     unknown = sorted(set(bench.pool) - set(PRESETS))
     if unknown:
         problems.append(f"unknown preset(s) {', '.join(unknown)}; known: {', '.join(PRESETS)}")
-    unknown = sorted(set(bench.policies) - set(policies()))
+    unknown = sorted(set(bench.policies) - set(known))
     if unknown or not bench.policies:
-        problems.append(f"unknown policies {', '.join(unknown)}; known: {', '.join(policies())}")
+        problems.append(f"unknown policies {', '.join(unknown)}; known: {', '.join(known)}")
+    if not bench.gateways or min(bench.gateways) < 1:
+        problems.append("--gateways must be numbers >= 1")
+    if not bench.scrape_s > 0:
+        problems.append("--scrape-s must be > 0")
     if not bench.multiples or min(bench.multiples) <= 0:
         problems.append("--multiples must be positive numbers")
     if bench.seeds < 1 or bench.requests < 1:

@@ -1,5 +1,6 @@
 """A pool run as rows (one per workload x load x policy, means over seeds), JSON and
-markdown."""
+markdown. A run with several gateways adds, per replica, the most requests it held and
+the most some gateway did not count there; a run without is written as before."""
 
 from __future__ import annotations
 
@@ -11,7 +12,18 @@ import numpy as np
 
 from saber.bench._grid import VLLM_DEFAULT_MAX_NUM_SEQS
 from saber.bench._report import dumps
-from saber.bench.cluster.run import ClusterRun, PointResult, describe_pool
+from saber.bench.cluster.run import (
+    ClusterRun,
+    PointResult,
+    describe_pool,
+    gateway_policies,
+)
+
+
+def _multi(run: ClusterRun) -> list[str]:
+    """The run's multi-gateway policies (``saber xM``), in its order."""
+    names = set(gateway_policies(run.bench.gateways))
+    return [p for p in run.bench.policies if p in names]
 
 
 def rows(run: ClusterRun) -> list[dict[str, Any]]:
@@ -20,7 +32,7 @@ def rows(run: ClusterRun) -> list[dict[str, Any]]:
     groups: dict[tuple[str, float], list[PointResult]] = {}
     for r in run.results:
         groups.setdefault((r.point.workload, r.point.multiple), []).append(r)
-    out = []
+    out, multi = [], set(_multi(run))
     for (workload, multiple), results in groups.items():
         for policy in run.bench.policies:
             runs = [r.runs[policy] for r in results]
@@ -45,15 +57,28 @@ def rows(run: ClusterRun) -> list[dict[str, Any]]:
                     },
                 }
             )
+            if multi:  # the most over the seeds: the claim is about the worst moment
+                row = out[-1]
+                row["max_in_engine_by_replica"] = _most([s.max_in_engine for s in runs])
+                if policy in multi:
+                    row["max_unseen_by_replica"] = _most([s.max_unseen for s in runs])
     return out
+
+
+def _most(per_seed: Sequence[Sequence[int]]) -> list[int]:
+    """Per replica, the most over the seeds (empty where a run kept no counts)."""
+    return [max(col) for col in zip(*per_seed, strict=True)] if all(per_seed) else []
 
 
 def to_json(run: ClusterRun) -> str:
     """The run's set-up, each replica's and the pool's capacity, and every row."""
     bench = run.bench
+    setup = dataclasses.asdict(bench)
+    if not _multi(run):  # one gateway: no scrapes, and the set-up written as before
+        del setup["gateways"], setup["scrape_s"]
     return dumps(
         {
-            "bench": dataclasses.asdict(bench),
+            "bench": setup,
             "pool": describe_pool(bench.pool),
             "max_num_seqs": VLLM_DEFAULT_MAX_NUM_SEQS,
             "policies": list(bench.policies),
@@ -67,6 +92,17 @@ def to_json(run: ClusterRun) -> str:
 def _header(run: ClusterRun) -> list[str]:
     bench = run.bench
     caps = ", ".join(f"{w} {c:.3g}" for w, c in run.capacity.items())
+    gateways = (
+        [
+            f"{', '.join(_multi(run))}: M gateways in front of the pool, each its own "
+            "saber pool; a request goes to gateway crc32(id) % M; each gateway learns what "
+            "the others run at each replica only by scraping its running + waiting every "
+            f"{bench.scrape_s:g} s (staggered), plus a headroom of (M - 1) x what it "
+            "admitted there since its last scrape (none for no-headroom).\n"
+        ]
+        if _multi(run)
+        else []
+    )
     return [
         f"## Pool: {describe_pool(bench.pool)}\n",
         f"Each replica vLLM (max_num_seqs {VLLM_DEFAULT_MAX_NUM_SEQS}): alone behind each "
@@ -77,6 +113,7 @@ def _header(run: ClusterRun) -> list[str]:
         f"{bench.seeds} trace(s) per load (seeds {bench.seed_base}.."
         f"{bench.seed_base + bench.seeds - 1}). Load = a multiple of the pool's capacity, "
         f"the sum of its replicas' saturation rates (requests/s): {caps}.\n",
+        *gateways,
     ]
 
 
@@ -93,6 +130,8 @@ def _table(data: Sequence[dict[str, Any]], policies: Sequence[str], cell: str) -
             r = by[(w, m, p)]
             if cell == "share":
                 cells.append(" / ".join(f"{x:.0f}" for x in r["share_by_replica"]))
+            elif cell.endswith("_by_replica"):
+                cells.append(" / ".join(f"{x}" for x in r[cell]))
             else:
                 cells.append(f"{r[cell]:.1f}")
         out.append(f"| {w} | {m:g}x | {rps:.3g} | " + " | ".join(cells) + " |")
@@ -110,8 +149,26 @@ def table(run: ClusterRun) -> str:
             *_table(data, policies, "goodput"),
             f"\nShare of the requests sent to each replica (%; {replicas}):\n",
             *_table(data, policies, "share"),
+            *_gateway_tables(run, data),
         ]
     ) + "\n"  # fmt: skip
+
+
+def _gateway_tables(run: ClusterRun, data: Sequence[dict[str, Any]]) -> list[str]:
+    """With several gateways: the most requests each replica held (every policy's), and
+    the most of them some gateway did not count there."""
+    multi = _multi(run)
+    if not multi:
+        return []
+    return [
+        "\nMost requests in each replica at once (running + waiting at a step's start, "
+        "max over seeds):\n",
+        *_table(data, run.bench.policies, "max_in_engine_by_replica"),
+        "\nUnseen overload: the most requests at each replica beyond what some gateway "
+        "counted there (its own + seen at its last scrape + headroom), at a step's start, "
+        "max over gateways and seeds:\n",
+        *_table(data, multi, "max_unseen_by_replica"),
+    ]
 
 
 def markdown(run: ClusterRun) -> str:

@@ -4,7 +4,8 @@ Every workload x load x seed is one trace, in realistic mode (clients send their
 task's cap as max_tokens), with the task types the gateway ships; loads are multiples
 of the pool's capacity, the sum of the rate at which vLLM alone saturates each replica.
 Each trace is served by every policy on fresh engines with vLLM's default
-``max_num_seqs``.
+``max_num_seqs``. ``saber xM``: M gateways in front of the pool, each the ``saber``
+policy's own pool, knowing of the others only by scraping the replicas.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from saber.bench._runner import summarize
 from saber.config import TaskType, Workload
 from saber.engine import Engine, EnginePreset
 from saber.scheduler import PLACEMENTS, Placement, Pool
-from saber.sim import ROUTERS, ClusterResult, simulate_cluster
+from saber.sim import ROUTERS, SCRAPE_S, ClusterResult, simulate_cluster
 from saber.speed import SpeedModel, TTFTFit
 from saber.workload import TraceRequest, generate_trace
 
@@ -61,6 +62,19 @@ def _behind_router(
     return simulate_cluster(trace, engines, tasks=tasks, router=ROUTERS[name]())
 
 
+def _pool(place: Placement, tasks: Mapping[str, TaskType], fits: Sequence[ReplicaFit]) -> Pool:
+    """The gateway's admission (the shipped policy) over the pool, each replica with its
+    own profile, placing by ``place``."""
+    policy = dataclasses.replace(shipped_policy(), max_concurrency=VLLM_DEFAULT_MAX_NUM_SEQS)
+    return Pool.build(
+        [f.speed for f in fits],
+        policy,
+        tasks=tasks,
+        ttfts=[None if f.ttft is None else f.ttft.predict for f in fits],
+        place=place,
+    )
+
+
 def _saber(
     place: Placement,
     trace: Sequence[TraceRequest],
@@ -68,34 +82,68 @@ def _saber(
     tasks: Mapping[str, TaskType],
     fits: Sequence[ReplicaFit],
 ) -> ClusterResult:
-    """The gateway's admission (the shipped policy) over the pool, each replica with its
-    own profile, placing by ``place``."""
-    policy = dataclasses.replace(shipped_policy(), max_concurrency=VLLM_DEFAULT_MAX_NUM_SEQS)
-    pool = Pool.build(
-        [f.speed for f in fits],
-        policy,
-        tasks=tasks,
-        ttfts=[None if f.ttft is None else f.ttft.predict for f in fits],
-        place=place,
+    """One gateway over the pool, placing by ``place``."""
+    return simulate_cluster(trace, engines, tasks=tasks, pool=_pool(place, tasks, fits))
+
+
+def _saber_gateways(
+    count: int,
+    headroom: int | None,
+    scrape_s: float,
+    trace: Sequence[TraceRequest],
+    engines: list[Engine],
+    tasks: Mapping[str, TaskType],
+    fits: Sequence[ReplicaFit],
+) -> ClusterResult:
+    """``count`` gateways, each a pool as ``saber`` builds one, scraping every
+    ``scrape_s``; ``headroom`` None derives it from the number of gateways."""
+    pools = [_pool("chance", tasks, fits) for _ in range(count)]
+    return simulate_cluster(
+        trace, engines, tasks=tasks, gateways=pools, scrape_s=scrape_s, headroom=headroom
     )
-    return simulate_cluster(trace, engines, tasks=tasks, pool=pool)
 
 
 SABER = "saber"
 """The gateway over the pool: admission, and placement by the chance of meeting the
 deadline. ``saber+<placement>``: the same admission behind a router's placement."""
+NO_HEADROOM = "no-headroom"
 
 
-def policies() -> dict[str, ServeFn]:
+def gateway_policies(gateways: Sequence[int]) -> list[str]:
+    """The names of the multi-gateway policies for these numbers of gateways:
+    ``saber xM`` for each M > 1, and ``saber x2 no-headroom`` when 2 is among them."""
+    out = []
+    for m in dict.fromkeys(gateways):
+        if m > 1:
+            out.append(f"{SABER} x{m}")
+        if m == 2:
+            out.append(f"{SABER} x2 {NO_HEADROOM}")
+    return out
+
+
+def policies(gateways: Sequence[int] = (1,), scrape_s: float = SCRAPE_S) -> dict[str, ServeFn]:
     """Every way the bench serves a trace on the pool, by name: vLLM alone behind each
     router of ``saber.sim.ROUTERS``; the gateway's admission over the pool, placing by
-    chance (``saber``) or as a router would (``saber+round-robin``, ``saber+least-loaded``)."""
+    chance (``saber``) or as a router would (``saber+round-robin``, ``saber+least-loaded``);
+    and for each M > 1 in ``gateways``, M such gateways in front of it (``gateway_policies``),
+    scraping every ``scrape_s``."""
     out: dict[str, ServeFn] = {name: functools.partial(_behind_router, name) for name in ROUTERS}
     out[SABER] = functools.partial(_saber, "chance")
     for place in PLACEMENTS:
         if place != "chance":
             out[f"{SABER}+{place}"] = functools.partial(_saber, place)
+    for name in gateway_policies(gateways):
+        count = int(name.split()[1][1:])
+        headroom = 0 if name.endswith(NO_HEADROOM) else None
+        out[name] = functools.partial(_saber_gateways, count, headroom, scrape_s)
     return out
+
+
+def with_gateways(chosen: Sequence[str], gateways: Sequence[int]) -> tuple[str, ...]:
+    """The policies a run serves: ``chosen``, then, when ``saber`` is among them, its
+    multi-gateway variants for ``gateways`` that were not chosen by name already."""
+    extra = gateway_policies(gateways) if SABER in chosen else []
+    return tuple(dict.fromkeys([*chosen, *extra]))
 
 
 def parse_pool(text: str) -> tuple[str, ...]:
@@ -123,7 +171,8 @@ def describe_pool(pool: Sequence[str]) -> str:
 @dataclass(frozen=True)
 class ClusterBench:
     """What a run covers. ``pool`` names one preset per replica; trace seeds are
-    ``seed_base`` + 0..seeds-1 (13000.., used by no other benchmark)."""
+    ``seed_base`` + 0..seeds-1 (13000.., used by no other benchmark); ``gateways``: the
+    numbers of gateways the ``saber xM`` policies model, scraping every ``scrape_s``."""
 
     pool: tuple[str, ...] = parse_pool(POOL)
     workloads: tuple[str, ...] = ("W1", "W2", "W3")
@@ -132,6 +181,8 @@ class ClusterBench:
     seeds: int = 3
     seed_base: int = 13000
     requests: int = 200
+    gateways: tuple[int, ...] = (1,)
+    scrape_s: float = SCRAPE_S
 
     def points(self, capacity: Mapping[str, float]) -> list[Point]:
         """Every trace; ``capacity[workload]`` is the pool's saturation rate."""
@@ -155,13 +206,17 @@ class Point:
 
 @dataclass(frozen=True)
 class Served:
-    """One policy's run of one trace: shares of its requests (0..1), and per replica."""
+    """One policy's run of one trace: shares of its requests (0..1), and per replica;
+    behind gateways, the most requests each replica held and the most of them some
+    gateway did not count (the unseen overload)."""
 
     goodput: float
     refused: float
     task_goodput: dict[str, float]
     per_backend: tuple[int, ...]  # requests sent to each replica
     preemptions: int
+    max_in_engine: tuple[int, ...] = ()
+    max_unseen: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,12 +236,15 @@ class ClusterRun:
 def served(result: ClusterResult) -> Served:
     """A run scored as the bench scores every run (``saber.bench._runner.summarize``)."""
     stats = summarize(result)
+    unseen = [g.max_unseen for g in result.gateways]
     return Served(
         stats.goodput,
         stats.refused,
         dict(stats.task_goodput),
         tuple(b.served for b in result.backends),
         result.preemptions,
+        tuple(b.max_in_engine for b in result.backends),
+        tuple(max(col) for col in zip(*unseen, strict=True)) if unseen else (),
     )
 
 
@@ -225,7 +283,7 @@ class _Shared:
             seed=bench.seed_base + point.seed,
             mode="realistic",
         )
-        serve = policies()
+        serve = policies(bench.gateways, bench.scrape_s)
         runs = {}
         for name in bench.policies:
             engines = [
