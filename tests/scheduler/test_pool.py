@@ -190,3 +190,29 @@ def test_a_request_the_pool_cannot_take_leaves_nothing_behind():
         p.offer(too_big, 0.0)
     assert p.backend_of("big") is None
     assert admissions(p.offer(req("big", 0.0, 50), 0.0)) == {"big": 0}  # the id is free
+
+
+def test_one_of_several_gateways_counts_the_arrivals_it_does_not_see():
+    """Behind M gateways each sees 1/M of the arrivals, yet one more sequence slows the
+    arrivals of all M: what a long request costs those to come is M times what one
+    gateway sees arrive."""
+    qna = TaskType(name="q", mean_input_tokens=20, mean_output_tokens=40, sla_s=0.8, max_tokens=80)
+
+    def value(share: float) -> float:
+        sched = Scheduler(flat(60.0, slope=0.05), default(max_concurrency=64), tasks=[TASK, qna])
+        sched.set_arrival_share(share)
+        now = 0.0
+        for i in range(40):  # 20 short answers a second, two at a time running
+            now += 0.05
+            sched.offer(request_for(qna, id=f"s{i}", arrival=now), now)
+            if i >= 2:
+                sched.finish(f"s{i - 2}", now, 40)
+        return sched.placement_value(req("long", now, 300), now)
+
+    alone, quarter = value(1.0), value(0.25)
+    cost = 1.0 - alone  # its own chance is 1: the rest is what it costs the others
+    assert 0 < cost < 0.01
+    # Four times the future's share of it; the two running answers' share stays.
+    assert 3 * cost < 1.0 - quarter < 4 * cost
+    with pytest.raises(ValueError, match="arrival share"):
+        Scheduler(flat(60.0), tasks=[TASK]).set_arrival_share(0.0)

@@ -110,6 +110,7 @@ class Scheduler(Placing):
         self.needs = Needs()
         self._built_needs: dict[Kind, float] = {}  # kind -> need when timed
         self._arrivals = Arrivals()
+        self._arrival_share = 1.0
         self.recent: deque[Decision] = deque(maxlen=100)
         self.set_speed_model(speed)
 

@@ -38,6 +38,7 @@ class Decide(Bookkeeping):
     _kinds: dict[str, str]  # task -> the SLA kind its requests carry
     _rng: random.Random
     _arrivals: Arrivals
+    _arrival_share: float  # of the requests arriving for this backend, those seen here
     _built_needs: dict[Kind, float]  # kind -> need when timed
     # Lazy min-heaps: stale entries are skipped when they surface.
     _demote_at: list[tuple[float, str]]
@@ -209,7 +210,7 @@ class Decide(Bookkeeping):
         """The requests still to come, as (rate x chance each loses to one more
         sequence, how long each runs) per task of the recent mix: one more sequence
         slows every one that arrives while it runs, for as long as both run."""
-        rate = self._arrivals.rate(now)
+        rate = self._arrivals.rate(now) / self._arrival_share
         if rate <= 0:
             return []
         v2 = self.predicted_speed(self._load + 2)

@@ -61,6 +61,15 @@ class Placing(Decide):
         future = self._future(now, speed) if self.policy.future else []
         return chance - self._cost(req, speed, running, future) * req.seqs
 
+    def set_arrival_share(self, share: float) -> None:
+        """This scheduler sees ``share`` of the requests that arrive for its backend
+        (1/M behind a balancer that splits clients evenly over M gateways): the
+        requests still to come, whom one more sequence slows, are its own arrivals over
+        ``share``."""
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"an arrival share must be within (0, 1], not {share}")
+        self._arrival_share = share
+
     def most_urgent_waiting(
         self, tier: Tier, earliest: Callable[[SchedRequest], float] = _anything
     ) -> SchedRequest | None:

@@ -71,8 +71,11 @@ class Pool:
         speed_sigmas: Sequence[float | None] | None = None,
         seed: int = 0,
         place: Placement = "chance",
+        arrival_share: float = 1.0,
     ) -> Pool:
-        """One scheduler per backend's f(L) (and TTFT fit, and spread), sharing lengths."""
+        """One scheduler per backend's f(L) (and TTFT fit, and spread), sharing lengths;
+        ``arrival_share``: of the requests that arrive for the pool, those this gateway
+        sees (1/M of M gateways behind an even balancer)."""
         policy = policy or Policy()
         task_list = list(tasks.values()) if isinstance(tasks, Mapping) else list(tasks)
         lengths = TaskLengths(task_list, learn=policy.learn_lengths)
@@ -91,6 +94,8 @@ class Pool:
             )
             for i, speed in enumerate(speeds)
         ]
+        for backend in backends:
+            backend.set_arrival_share(arrival_share)
         return cls(backends, place=place)
 
     # -- events ----------------------------------------------------------

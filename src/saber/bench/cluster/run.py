@@ -62,9 +62,15 @@ def _behind_router(
     return simulate_cluster(trace, engines, tasks=tasks, router=ROUTERS[name]())
 
 
-def _pool(place: Placement, tasks: Mapping[str, TaskType], fits: Sequence[ReplicaFit]) -> Pool:
+def _pool(
+    place: Placement,
+    tasks: Mapping[str, TaskType],
+    fits: Sequence[ReplicaFit],
+    arrival_share: float = 1.0,
+) -> Pool:
     """The gateway's admission (the shipped policy) over the pool, each replica with its
-    own profile, placing by ``place``."""
+    own profile, placing by ``place``; one of several gateways sees ``arrival_share``
+    of the arrivals."""
     policy = dataclasses.replace(shipped_policy(), max_concurrency=VLLM_DEFAULT_MAX_NUM_SEQS)
     return Pool.build(
         [f.speed for f in fits],
@@ -72,6 +78,7 @@ def _pool(place: Placement, tasks: Mapping[str, TaskType], fits: Sequence[Replic
         tasks=tasks,
         ttfts=[None if f.ttft is None else f.ttft.predict for f in fits],
         place=place,
+        arrival_share=arrival_share,
     )
 
 
@@ -97,7 +104,7 @@ def _saber_gateways(
 ) -> ClusterResult:
     """``count`` gateways, each a pool as ``saber`` builds one, scraping every
     ``scrape_s``; ``headroom`` None derives it from the number of gateways."""
-    pools = [_pool("chance", tasks, fits) for _ in range(count)]
+    pools = [_pool("chance", tasks, fits, 1.0 / count) for _ in range(count)]
     return simulate_cluster(
         trace, engines, tasks=tasks, gateways=pools, scrape_s=scrape_s, headroom=headroom
     )
