@@ -33,7 +33,9 @@ def goodput_vs_load(run: ClusterRun, path: Path) -> Path:
         ax.set_ylim(0, 102)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{describe_pool(run.bench.pool)}: vLLM alone behind each router", fontsize=10)
+    fig.suptitle(
+        f"{describe_pool(run.bench.pool)}: routers, and the gateway over the pool", fontsize=10
+    )
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
