@@ -2,13 +2,14 @@
 
 Each backend (a vLLM replica) keeps its own speed model, load and queues: a
 ``Scheduler``; the pool's backends share what they learn of the tasks' lengths. A
-request is placed where its chance of meeting its deadline at that backend's load + 1
-is highest (near-ties go to the backend that would run it fastest), and waits there.
-After every event each backend admits what it can, then the pool moves waiting
-requests to any other backend that would admit them now, the most urgent first, to
-where their chance is highest; an idle backend takes the most urgent request waiting
-anywhere. So admission asks whether some backend can still serve a request in time,
-not whether the one it was placed on can.
+request is placed on a backend that would admit it now, if any, where placing it is
+worth most: its chance of meeting its deadline at that backend's load + 1, less what it
+costs the requests running there and those to come (``placement_value``). After every
+event each backend admits what it can, then the pool moves waiting requests to any
+other backend that would admit them now, the most urgent first, to where they are
+worth most; an idle engine takes the most urgent request waiting anywhere. So admission
+asks whether some backend can still serve a request in time, not whether the one it
+was placed on can.
 
 ``place`` names the baselines' placement instead (round-robin, least loaded): they
 place once and never move a request, as a router in front of per-backend admission.
@@ -32,7 +33,7 @@ from saber.scheduler._speed_model import SpeedFn, TTFTFn
 Placement = Literal["chance", "round-robin", "least-loaded"]
 PLACEMENTS: tuple[Placement, ...] = ("chance", "round-robin", "least-loaded")
 TIE = 0.01
-"""Chances closer than this are a tie: the backend that would run it fastest wins."""
+"""Values closer than this are a tie: the backend that keeps more of its own f(1) wins."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,7 @@ class Pool:
             return min(
                 range(len(backends)), key=lambda i: (backends[i].load + backends[i].queued(), i)
             )
-        # Where it would be admitted now, if anywhere: the issue is where it runs best.
+        # Where it would be admitted now, if anywhere; among those, where it is worth most.
         ready = [i for i, b in enumerate(backends) if b.admissible(req, now)]
         return max(ready or range(len(backends)), key=lambda i: self._score(i, req, now))
 
