@@ -35,6 +35,7 @@ from saber.sim._cluster_types import AdmissionPool, BackendStats, ClusterResult,
 from saber.sim._gateways import SCRAPE_S, Gateways
 from saber.sim._records import SimRecord
 from saber.sim._routers import BackendView, Router
+from saber.sim._virtual import engine_request
 from saber.workload import TraceRequest
 
 _MAX_STEPS = 1 << 30
@@ -210,13 +211,7 @@ class _Run:
         engine, req = self.engines[backend], self.by_id[rid]
         if engine.idle and self.stepping[backend] is None:
             self.ready[backend] = max(at, engine.clock)
-        ereq = EngineRequest(
-            rid,
-            req.prompt_tokens,
-            req.output_tokens,
-            arrival=req.arrival,
-            priority=tier.engine_priority,
-        )
+        ereq = engine_request(req, tier)
         engine.add(ereq)
         self.in_engine[rid] = ereq
         self.served_by[rid] = backend

@@ -43,6 +43,17 @@ class AdmissionScheduler(Protocol):
     def next_wakeup(self) -> float | None: ...
 
 
+def engine_request(req: TraceRequest, tier: Tier) -> EngineRequest:
+    """A trace's request as the engine receives it: its tier as vLLM's priority."""
+    return EngineRequest(
+        req.id,
+        req.prompt_tokens,
+        req.output_tokens,
+        arrival=req.arrival,
+        priority=tier.engine_priority,
+    )
+
+
 def simulate(
     trace: Sequence[TraceRequest],
     engine: Engine,
@@ -167,14 +178,7 @@ class _Run:
     def admit(self, rid: str, at: float, tier: Tier = Tier.HIGH) -> None:
         """Hand ``rid`` to the engine. Its tier becomes vLLM's priority (demoted work
         ranks below), which only an engine under the priority policy looks at."""
-        req = self.by_id[rid]
-        ereq = EngineRequest(
-            rid,
-            req.prompt_tokens,
-            req.output_tokens,
-            arrival=req.arrival,
-            priority=tier.engine_priority,
-        )
+        ereq = engine_request(self.by_id[rid], tier)
         self.engine.add(ereq)
         self.in_engine[rid] = ereq
         self.admitted_at[rid] = at
