@@ -129,6 +129,8 @@ class Decide(Bookkeeping):
     # -- Algorithm 1 -----------------------------------------------------
 
     def _admit(self, now: float) -> list[Decision]:
+        if self.paused:
+            return []
         if self.policy.decide == "mean":
             return self._admit_mean(now)
         out = self._admit_chance(now)

@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
 import httpx
@@ -65,8 +65,11 @@ def control_client(
 class BackendWatch:
     """The backend's identity and load, kept up to date by background tasks."""
 
-    def __init__(self, settings: BackendSettings) -> None:
+    def __init__(
+        self, settings: BackendSettings, on_scrape: Callable[[], None] | None = None
+    ) -> None:
         self.url = settings.url
+        self.on_scrape = on_scrape  # after each read of /metrics, good or not
         configured = None if settings.kind == "auto" else BackendKind(settings.kind)
         self.configured_kind = configured
         self.kind: BackendKind = configured or BackendKind.VLLM
@@ -171,6 +174,11 @@ class BackendWatch:
         while True:
             started = time.monotonic()
             await self.scrape()
+            if self.on_scrape is not None:
+                try:
+                    self.on_scrape()
+                except Exception:  # the watch must not stop
+                    log.exception("acting on the backend's load failed", extra={"backend": self.url})
             await asyncio.sleep(max(self.interval - (time.monotonic() - started), 0.0))
 
     async def scrape(self) -> bool:
