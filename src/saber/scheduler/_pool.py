@@ -131,12 +131,20 @@ class Pool:
             self.backends[home].progress(req_id, tokens, now)
 
     def finish(self, req_id: str, now: float, tokens: int | None = None) -> Outcome | None:
-        home = self._where.pop(req_id, None)
-        return None if home is None else self.backends[home].finish(req_id, now, tokens)
+        home = self._where.get(req_id)
+        if home is None:
+            return None
+        outcome = self.backends[home].finish(req_id, now, tokens)  # if it raises, cancel may
+        del self._where[req_id]
+        return outcome
 
     def cancel(self, req_id: str, now: float) -> Outcome | None:
-        home = self._where.pop(req_id, None)
-        return None if home is None else self.backends[home].cancel(req_id, now)
+        home = self._where.get(req_id)
+        if home is None:
+            return None
+        outcome = self.backends[home].cancel(req_id, now)
+        del self._where[req_id]
+        return outcome
 
     def next_wakeup(self) -> float | None:
         times = [t for b in self.backends if (t := b.next_wakeup()) is not None]
