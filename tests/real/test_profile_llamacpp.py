@@ -21,7 +21,7 @@ import pytest
 from real_support import served_profile
 
 from harness import EngineProcess
-from saber.profile import points_path, read_points
+from saber.profile import Point, points_path, read_points
 from saber.profile.cli import main
 from saber.speed import load_profile
 
@@ -55,6 +55,16 @@ def short_dataset(path: Path, n: int = 200) -> Path:
     return path
 
 
+def level_spread(points: list[Point], level: int) -> float:
+    """The standard error of a level's mean over its rounds (one spell each)."""
+    rounds: dict[int, list[float]] = {}
+    for p in points:
+        if p.level == level:
+            rounds.setdefault(p.round, []).append(p.speed)
+    means = [float(np.mean(v)) for v in rounds.values()]
+    return float(np.std(means, ddof=1) / np.sqrt(len(means))) if len(means) > 1 else 0.0
+
+
 def test_profile_llamacpp(
     llamacpp_engine: EngineProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -83,9 +93,13 @@ def test_profile_llamacpp(
     means = {
         level: float(np.mean([p.speed for p in fit_points if p.level == level])) for level in LEVELS
     }
+    spells = {level: level_spread(fit_points, level) for level in LEVELS}
     with capsys.disabled():
         print(f"points per level: {per_level}")
-        print("mean speed per level: " + ", ".join(f"L={k}: {v:.1f}" for k, v in means.items()))
+        print(
+            "mean speed per level (± standard error over its rounds): "
+            + ", ".join(f"L={k}: {v:.1f} ± {spells[k]:.1f}" for k, v in means.items())
+        )
         print(f"kept {profile.kind} {profile.params}; in-sample R^2={profile.r2:.4f}")
         print(f"scored {profile.profiling.scoring}:")
         for fit in profile.profiling.fits:
@@ -104,9 +118,19 @@ def test_profile_llamacpp(
     # (0.988 to 0.998 over three runs).
     assert best.level_r2 >= 0.97, busy
     model = profile.speed_model()
-    # The curve the engine really has, a lone request included (docs/profile.md).
+    # The curve the engine really has, a lone request included (docs/profile.md): within
+    # 10% of each level's mean, or within what the level's own rounds say about that mean.
+    # Each round is one spell of whatever else the machine does, and a 2-core machine moves
+    # this engine 5-10% between spells: the CI run of 4b49627 measured load 6 at 40.9
+    # tokens/s against the curve's 45.6 (10.3%), the profiler's own rule for two rounds
+    # being the same speed (``agree``: 10%, or three standard errors) judged level by level.
     for level, mean in means.items():
-        assert model.predict(float(level)) == pytest.approx(mean, rel=0.10), (level, busy)
+        tolerance = max(0.10 * mean, 3.0 * spells[level])
+        assert model.predict(float(level)) == pytest.approx(mean, abs=tolerance), (
+            level,
+            f"±{spells[level]:.2f} over its rounds",
+            busy,
+        )
     assert out.with_suffix(".png").exists()
 
     # The gateway serves with it: /saber/status names the profile and its curve.
