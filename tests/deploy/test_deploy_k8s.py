@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from deploy_support import DEPLOY
+from kubernetes_validate.utils import all_versions
 
 from saber.config import load_gateway_config
 from saber.gateway.cli import main
@@ -36,9 +37,7 @@ def manifests() -> list[dict[str, Any]]:
 
 
 def one(kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [
-        d for d in manifests() if d["kind"] == kind and name in (None, d["metadata"]["name"])
-    ]
+    found = [d for d in manifests() if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     assert len(found) == 1, (kind, name, len(found))
     return found[0]
 
@@ -53,7 +52,7 @@ def config_file() -> Path:
 
 def schema_version() -> str:
     """The newest schemas of KUBERNETES's minor version that the validator carries."""
-    versions = [v for v in kubernetes_validate.all_versions() if v.startswith(KUBERNETES + ".")]
+    versions = [v for v in all_versions() if v.startswith(KUBERNETES + ".")]
     assert versions, f"kubernetes-validate carries no {KUBERNETES}.x schemas"
     return max(versions, key=lambda v: tuple(int(p) for p in v.split(".")))
 

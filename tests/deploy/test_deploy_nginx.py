@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,7 +41,17 @@ pytestmark = pytest.mark.skipif(
 
 def sim(preset: str) -> EngineProcess:
     port = free_port()
-    argv = [sys.executable, "-m", "saber.sim.http.cli", "--port", str(port), "--preset", preset]
+    argv = [
+        sys.executable,
+        "-m",
+        "saber.sim.http",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--preset",
+        preset,
+    ]
     return EngineProcess("saber-sim", [*argv, *SIM_ARGS], port=port, model=MODEL)
 
 
@@ -159,8 +168,20 @@ def ask(url: str, key: str) -> Answer:
     return Answer(200)
 
 
+def running(sim: EngineProcess) -> float:
+    return metric_value(
+        httpx.get(sim.base_url + "/metrics", timeout=5).text, "vllm:num_requests_running"
+    )
+
+
+def busiest(sims: list[EngineProcess]) -> EngineProcess | None:
+    """The replica running the most requests now, if any runs one."""
+    counts = [(running(sim), i) for i, sim in enumerate(sims)]
+    most, i = max(counts)
+    return sims[i] if most >= 1 else None
+
+
 def test_a_replica_killed_mid_run_loses_no_request(layout: Layout) -> None:
-    victim = layout.sims[0]
     answered: list[Answer] = []
     lock = threading.Lock()
 
@@ -172,7 +193,14 @@ def test_a_replica_killed_mid_run_loses_no_request(layout: Layout) -> None:
     with ThreadPoolExecutor(CLIENTS) as clients:
         futures = [clients.submit(one, i) for i in range(REQUESTS)]
         wait_for(lambda: len(answered), lambda n: n >= REQUESTS // 4, timeout=60)
-        victim.stop(grace_s=0)  # killed, as a crash would
+        # The replica that carries the traffic dies, with requests running on it.
+        victim = wait_for(
+            lambda: busiest(layout.sims), lambda sim: sim is not None, timeout=30,
+            describe="requests running on a replica",
+        )  # fmt: skip
+        assert victim is not None
+        dead = f"sim-{layout.sims.index(victim)}"
+        victim.stop(grace_s=0)  # killed, as a crash would, with requests running
         wait_for(lambda: len(answered), lambda n: n >= REQUESTS // 2, timeout=60)
         for future in futures:
             future.result()
@@ -192,12 +220,14 @@ def test_a_replica_killed_mid_run_loses_no_request(layout: Layout) -> None:
     for gateway in layout.gateways:
         text = httpx.get(gateway.base_url + "/metrics", timeout=5).text
         assert metric_value(text, "saber_requests_total") > 0
-        assert metric_value(text, "saber_backend_up", backend="sim-0") == 0
+        assert metric_value(text, "saber_backend_up", backend=dead) == 0
     victim.start()  # back on its port
     for gateway in layout.gateways:
         wait_for(
             lambda g=gateway: metric_value(
-                httpx.get(g.base_url + "/metrics", timeout=5).text, "saber_backend_up", backend="sim-0"
+                httpx.get(g.base_url + "/metrics", timeout=5).text,
+                "saber_backend_up",
+                backend=dead,
             ),
             lambda up: up == 1,
             timeout=20,
@@ -206,8 +236,14 @@ def test_a_replica_killed_mid_run_loses_no_request(layout: Layout) -> None:
     again = [ask(layout.url, key) for key in KEYS]
     assert [a.status for a in again] == [200] * len(KEYS)
     # No slot leaks: nothing is held anywhere once every answer is in.
-    time.sleep(0.5)
     for gateway in layout.gateways:
-        status = httpx.get(gateway.base_url + "/saber/status", timeout=5).json()
+        status = wait_for(
+            lambda g=gateway: httpx.get(g.base_url + "/saber/status", timeout=5).json(),
+            lambda st: (
+                st["gateway"]["requests_active"] == 0
+                and all(b["load"] == 0 and b["queued"] == 0 for b in st["backends"])
+            ),
+            timeout=10,
+            describe="every slot released",
+        )
         assert status["gateway"]["requests_active"] == 0
-        assert all(b["load"] == 0 and b["queued"] == 0 for b in status["backends"])

@@ -97,7 +97,9 @@ class Gateway:
             )
         self.drain = Drain(lambda: self.config.drain_timeout_s, self.pool)
         self.metrics.watch(lambda: self.pool, lambda: self.replicas.all)
-        self.metrics.watch_learning(LearningCollector(lambda: self.replicas.all, lambda: self.tasks))
+        self.metrics.watch_learning(
+            LearningCollector(lambda: self.replicas.all, lambda: self.tasks)
+        )
         self.passthrough = PassthroughGate(
             cfg.passthrough.max_concurrency, cfg.passthrough.queue_cap
         )

@@ -6,8 +6,9 @@ placement by the chance of meeting the deadline), a client, a watch on its
 ``/metrics``, a circuit breaker and its own closed loop (calibration, refits). The pool
 learns two things from here:
 
-- **out of service**: a backend that fails ``eject_after`` requests in a row is
-  ejected (``Pool.set_down``): nothing new goes there and what waits there moves on.
+- **out of service**: a backend that fails ``eject_after`` requests (or reads of its
+  ``/metrics`` that find nothing listening) in a row is ejected (``Pool.set_down``):
+  nothing new goes there and what waits there moves on.
   After ``eject_s`` one ``GET /health`` decides whether it serves again; with one
   backend there is nowhere else to go, and it is never ejected;
 - **other gateways** (``cluster.gateways`` > 1, no shared store): after each read of
@@ -208,9 +209,14 @@ class Replicas:
     # -- other gateways ---------------------------------------------------------------
 
     def scraped(self, r: Replica) -> None:
-        """After a read of ``r``'s /metrics: what other gateways run there, and whether
-        it still counts as known. One gateway counts nothing from the read (its own
-        count is the truth; the read is only shown)."""
+        """After a read of ``r``'s /metrics: whether it is down, what other gateways run
+        there, and whether it still counts as known. One gateway counts nothing from the
+        read (its own count is the truth; the read is only shown).
+
+        A read that finds nothing listening counts against the breaker as a refused
+        request would: a gateway learns a backend died without sending it traffic."""
+        if r.watch.refused:
+            self.failed(r, "connect")
         cluster = self._cluster()
         counting = cluster.gateways > 1
         closing = cluster.stale == "closed" and self.several
@@ -225,7 +231,7 @@ class Replicas:
                 if cluster.headroom is not None
                 else derived_headroom(cluster.gateways, admitted)
             )
-            others = 0 if load is None else load.running + load.waiting - r.scheduler.load
+            others = 0 if load is None else round(load.running + load.waiting) - r.scheduler.load
             self.pool.set_elsewhere(r.index, max(others, 0), headroom, now)
         stale = load is None and closing
         if stale != r.stale:

@@ -44,6 +44,7 @@ class Decide(Bookkeeping):
     _demote_at: list[tuple[float, str]]
     _expire_at: list[tuple[float, str]]
     _last_protected: float
+    paused: bool  # admit nothing here: a pool's backend out of service (Scheduler)
 
     # -- when a waiting request is due -----------------------------------
 

@@ -65,7 +65,9 @@ def by_backend(replicas: Sequence[ReplicaView], *labels: str) -> list[str]:
 
 
 class SchedulerCollector(Collector):
-    def __init__(self, pool: Callable[[], Pool | None], replicas: Replicas, tasks: Iterable[str]) -> None:
+    def __init__(
+        self, pool: Callable[[], Pool | None], replicas: Replicas, tasks: Iterable[str]
+    ) -> None:
         self._pool = pool
         self._replicas = replicas
         self._tasks = tasks  # live: read at each scrape
