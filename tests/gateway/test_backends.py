@@ -5,6 +5,8 @@ backend ejected and taken back, and what other gateways run counted."""
 from __future__ import annotations
 
 import contextlib
+import http.server
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -80,16 +82,20 @@ def test_a_dead_backend_is_ejected_then_taken_back_when_it_answers(
         backends=backends(dead=dead, live=live.url),
         **{"backend.kind": "sim", "backend.eject_after": 2, "backend.eject_s": 0.3},
     )
-    # Both idle and alike: the first in the list is preferred, so the dead one is tried.
+    # Both idle and alike: the first in the list is preferred, so the dead one is tried
+    # until it is ejected: after two requests refused, or sooner when reads of its
+    # /metrics found nothing listening first.
     answers = [complete(gw, live.model) for _ in range(6)]
     codes = [r.status_code for r in answers]
-    assert codes == [503, 503, 200, 200, 200, 200], codes
-    assert all(int(r.headers["retry-after"]) >= 1 for r in answers[:2])
-    assert all(r.json()["error"]["type"] for r in answers[:2])
+    failed = codes.count(503)
+    assert failed <= 2 and codes == [503] * failed + [200] * (6 - failed), codes
+    assert all(int(r.headers["retry-after"]) >= 1 for r in answers[:failed])
+    assert all(r.json()["error"]["type"] for r in answers[:failed])
     text = metrics(gw)
     assert metric_value(text, "saber_backend_up", backend="dead") == 0
     assert metric_value(text, "saber_backend_ejections_total", backend="dead") == 1
-    assert metric_value(text, "saber_backend_errors_total", backend="dead", kind="connect") == 2
+    errors = metric_value(text, "saber_backend_errors_total", backend="dead", kind="connect")
+    assert errors == failed
     assert httpx.get(gw.url + "/health").json()["status"] == "ok"  # the live one serves
     # The dead backend comes up on its port: a probe of its /health takes it back.
     with serve_in_thread(time_scale=SIM_TIME_SCALE, port=port) as revived:
@@ -101,6 +107,26 @@ def test_a_dead_backend_is_ejected_then_taken_back_when_it_answers(
         )
         assert complete(gw, live.model).status_code == 200
         assert served(revived.url) == 1
+
+
+def test_a_backend_with_nothing_listening_is_ejected_without_traffic(
+    gateway_factory: GatewayFactory, sims: list[RunningSim]
+) -> None:
+    live = sims[0]
+    dead = f"http://127.0.0.1:{free_port()}"
+    gw = gateway_factory(
+        live.url,
+        backends=backends(dead=dead, live=live.url),
+        **{"backend.kind": "sim", "backend.eject_after": 2, "backend.metrics_interval_s": 0.1},
+    )
+    wait_for(
+        lambda: metric_value(metrics(gw), "saber_backend_up", backend="dead"),
+        lambda up: up == 0,
+        timeout=10,
+        describe="the dead backend ejected from its /metrics reads alone",
+    )
+    assert metric_value(metrics(gw), "saber_backend_up", backend="live") == 1
+    assert [complete(gw, live.model).status_code for _ in range(3)] == [200] * 3
 
 
 def test_what_other_gateways_run_is_counted_after_a_scrape(
@@ -129,14 +155,36 @@ def test_what_other_gateways_run_is_counted_after_a_scrape(
     wait_for(elsewhere, lambda e: e["seen"] == 0, describe="the others' requests gone")
 
 
+class Unready(http.server.BaseHTTPRequestHandler):
+    """A backend that listens but answers nothing it is asked (a 503): its /metrics is
+    never read, yet nothing refuses a connection."""
+
+    def do_GET(self) -> None:
+        self.send_error(503)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def unready() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Unready)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_stale_metrics_closed_keep_requests_off_a_backend_never_read(
-    gateway_factory: GatewayFactory, sims: list[RunningSim]
+    gateway_factory: GatewayFactory, sims: list[RunningSim], unready: str
 ) -> None:
     live = sims[0]
-    dead = f"http://127.0.0.1:{free_port()}"
     gw = gateway_factory(
         live.url,
-        backends=backends(dead=dead, live=live.url),
+        backends=backends(dead=unready, live=live.url),
         **{
             "backend.kind": "sim",
             "backend.metrics_interval_s": 0.1,
