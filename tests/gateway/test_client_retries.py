@@ -94,7 +94,7 @@ def previous_retry_after(gw: RunningGateway) -> Any:
     adm = gw.gateway.admission
 
     def retry_after() -> tuple[int, int]:
-        sched = adm.scheduler
+        sched = gw.gateway.scheduler
         running = sched.running()
         if not running:
             return 1, 1000

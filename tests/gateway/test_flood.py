@@ -123,7 +123,7 @@ def flood(gw: RunningGateway, sim: RunningSim) -> list[str]:
 def replay_matches(trace: list[TraceEntry], gw: RunningGateway) -> None:
     """The same calls into a fresh scheduler give the same decisions, one for one."""
     g = gw.gateway
-    fresh = Scheduler(g.speed, g.policy, seed=g.seed)
+    fresh = Scheduler(g.scheduler.speed_model, g.policy, seed=g.seed)
     for e in trace:
         if e.call == "offer":
             assert isinstance(e.arg, SchedRequest)

@@ -216,3 +216,50 @@ def test_one_of_several_gateways_counts_the_arrivals_it_does_not_see():
     assert 3 * cost < 1.0 - quarter < 4 * cost
     with pytest.raises(ValueError, match="arrival share"):
         Scheduler(flat(60.0), tasks=[TASK]).set_arrival_share(0.0)
+
+
+def test_a_backend_out_of_service_takes_nothing_and_what_waits_there_moves_on():
+    p = pool(flat(60.0), flat(60.0), max_concurrency=1)
+    p.set_down(0, True)
+    # Nothing is placed on the backend that is down, even idle and first in line.
+    assert admissions(p.offer(req("a", 0.0, 50), 0.0)) == {"a": 1}
+    assert admissions(p.offer(req("b", 0.0, 50), 0.0)) == {}
+    assert p.backend_of("b") == 1 and p.backends[0].load == 0
+    # Back in service, it takes what waits elsewhere at once.
+    p.set_down(0, False)
+    assert admissions(p.poll(0.5)) == {"b": 0}
+    # Taken out again while a request waits there: the request moves when the other
+    # backend frees, and the backend that is down admits nothing in the meantime.
+    on = {0: "b", 1: "a"}
+    assert admissions(p.offer(req("c", 1.0, 50), 1.0)) == {}
+    home = p.backend_of("c")
+    assert home is not None
+    p.set_down(home, True)
+    p.finish(on[home], 2.0, 50)  # its own backend frees: it is down, so c stays
+    assert admissions(p.poll(2.0)) == {}
+    p.finish(on[1 - home], 3.0, 50)
+    assert admissions(p.poll(3.0)) == {"c": 1 - home}
+    assert p.is_running("c") and not p.is_queued("c")
+
+
+def test_with_every_backend_down_the_pool_serves_as_if_all_were_up():
+    # Nowhere else to go: a request tries (and fails cleanly upstream) rather than wait.
+    p = pool(flat(60.0), flat(60.0))
+    p.set_down(0, True)
+    p.set_down(1, True)
+    assert not any(b.paused for b in p.backends)
+    assert len(admissions(p.offer(req("a", 0.0, 50), 0.0))) == 1
+    single = pool(flat(60.0))
+    single.set_down(0, True)
+    assert admissions(single.offer(req("a", 0.0, 50), 0.0)) == {"a": 0}
+    p.set_down(0, False)
+    assert p.backends[1].paused and not p.backends[0].paused
+
+
+def test_time_to_free_is_the_soonest_over_the_backends():
+    p = pool(flat(50.0), flat(10.0))
+    assert p.time_to_free(0.0) is None
+    p.offer(req("fast", 0.0, 100), 0.0)
+    p.offer(req("slow", 0.0, 100), 0.0)
+    soonest = min(b.time_to_free(0.0) for b in p.backends if b.load)
+    assert p.time_to_free(0.0) == pytest.approx(soonest)

@@ -11,8 +11,8 @@ import pytest
 
 from saber.config import TaskType, load_tasks, load_workloads
 from saber.engine import Engine, get_preset
-from saber.scheduler import Policy, Pool
-from saber.sim import derived_headroom, gateway_of, simulate_cluster
+from saber.scheduler import Policy, Pool, derived_headroom
+from saber.sim import gateway_of, simulate_cluster
 from saber.workload import TraceRequest, generate_trace
 
 TASKS = load_tasks()

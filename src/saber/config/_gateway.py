@@ -55,6 +55,18 @@ class BackendSettings(BaseModel):
         description="aiohttp under the httpx API (httpx-aiohttp), or httpx's own pool; "
         "see bench/upstream_client.py for why aiohttp is the default",
     )
+    eject_after: int = Field(
+        default=3,
+        ge=1,
+        description="of several backends, one that fails this many requests in a row "
+        "(unreachable, 5xx) is ejected: nothing new is placed there",
+    )
+    eject_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="how long an ejected backend rests before one probe of /health "
+        "decides whether it serves again (each failed probe doubles it, up to 8x)",
+    )
 
     @field_validator("kind", mode="before")
     @classmethod
@@ -74,12 +86,80 @@ class BackendSettings(BaseModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"expected an http:// or https:// URL, got {url!r}")
-        if parts.query or parts.fragment:
-            raise ValueError("the backend URL must not carry a query or a fragment")
-        return url.rstrip("/").removesuffix("/v1")
+        return backend_url(url)
+
+
+def backend_url(url: str) -> str:
+    """A backend's base URL, checked, without a trailing / or /v1."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http:// or https:// URL, got {url!r}")
+    if parts.query or parts.fragment:
+        raise ValueError("the backend URL must not carry a query or a fragment")
+    return url.rstrip("/").removesuffix("/v1")
+
+
+BackendName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")]
+
+
+class BackendEntry(BaseModel):
+    """One backend of several: where it is, and what differs from ``backend``'s settings
+    (which every backend shares)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(description="base URL, without /v1")
+    name: BackendName | None = Field(
+        default=None, description="what metrics and logs call it; default: host:port"
+    )
+    profile: Path | None = Field(
+        default=None, description="its speed profile; default: the gateway's 'profile'"
+    )
+    kind: BackendKindSetting | None = None
+    api_key: str | None = None
+    model: str | None = None
+    forward_priority: bool | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        return backend_url(url)
+
+
+class Backend(BaseModel):
+    """One backend as the gateway serves it: its name, its settings, its profile."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    settings: BackendSettings
+    profile: Path | None
+
+
+class ClusterSettings(BaseModel):
+    """Several gateways in front of the same backends, sharing no store (docs/deploy.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gateways: int = Field(
+        default=1,
+        ge=1,
+        description="how many gateways serve these backends, behind a balancer that "
+        "hashes clients (API keys) over them",
+    )
+    headroom: int | None = Field(
+        default=None,
+        ge=0,
+        description="sequences kept free at each backend for what the other gateways "
+        "admit between two reads of its /metrics; null: derived, (gateways - 1) x what "
+        "this one admitted there over the last interval",
+    )
+    stale: Literal["open", "closed"] = Field(
+        default="open",
+        description="a backend whose /metrics has not been read for 3 intervals (at least "
+        "5 s): open, count only this gateway's own requests there (and the headroom); "
+        "closed, place nothing new there until it is read again",
+    )
 
 
 class RefitSettings(BaseModel):
@@ -171,6 +251,12 @@ class GatewayConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     backend: BackendSettings = Field(default_factory=BackendSettings)
+    backends: list[BackendEntry] = Field(
+        default_factory=list,
+        description="several backends (replicas), each with what differs from 'backend'; "
+        "empty: the one backend at backend.url",
+    )
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     profile: Path | None = Field(default=None, description=f"default: {DEFAULT_PROFILE_NAME}")
     policy: Literal["closed-loop", "paper", "mean"] = Field(
         default="closed-loop",
@@ -255,6 +341,11 @@ class GatewayConfig(BaseModel):
                 "request could never run"
             )
         check("default_task", self.default_task)
+        seen: set[str] = set()
+        for i, backend in enumerate(self.backend_list()):
+            if backend.name in seen:
+                raise ValueError(f"backends.{i}.name: {backend.name!r} is used twice")
+            seen.add(backend.name)
         for alias, target in self.aliases.items():
             check(f"aliases.{alias}.task", target.task)
         for i, rule in enumerate(self.rules):
@@ -286,6 +377,18 @@ class GatewayConfig(BaseModel):
             else (k if k.name else k.model_copy(update={"name": f"key{i}"}))
             for i, k in enumerate(self.api_keys, start=1)
         ]
+
+    def backend_list(self) -> list[Backend]:
+        """The backends served: each of ``backends`` on ``backend``'s settings, else the
+        one at ``backend.url``. Unnamed, a backend is called by its host:port."""
+        entries = self.backends or [BackendEntry(url=self.backend.url)]
+        out = []
+        for entry in entries:
+            fields = entry.model_dump(exclude={"name", "profile"}, exclude_none=True)
+            settings = BackendSettings.model_validate({**self.backend.model_dump(), **fields})
+            name = entry.name or (urlsplit(settings.url).netloc or settings.url)
+            out.append(Backend(name=name, settings=settings, profile=entry.profile))
+        return out
 
     def sequence_limit(self) -> int | None:
         """The most sequences one request may run: ``max_sequences_per_request``, else

@@ -159,6 +159,9 @@ def _validate(
     profile = data.get("profile")
     if ("profile",) not in sources and isinstance(profile, str) and not Path(profile).is_absolute():
         data["profile"] = path.parent / profile  # a path in the file is relative to the file
+    backends = data.get("backends")
+    if ("backends",) not in sources and isinstance(backends, list):
+        data["backends"] = [_relative_profile(b, path) for b in backends]
     if "tasks" in data:
         where = sources.get(("tasks",)) or str(path)
         if data["tasks"] is None:
@@ -169,6 +172,15 @@ def _validate(
         return GatewayConfig.model_validate(data)
     except pydantic.ValidationError as exc:
         raise ConfigError(_describe(path, exc, sources)) from None
+
+
+def _relative_profile(entry: Any, path: Path) -> Any:
+    """A backend's profile, named in the file by a relative path, is relative to the file."""
+    if isinstance(entry, dict) and isinstance(entry.get("profile"), str):
+        profile = Path(entry["profile"])
+        if not profile.is_absolute():
+            return {**entry, "profile": path.parent / profile}
+    return entry
 
 
 def _describe(

@@ -27,16 +27,22 @@ from saber.gateway.edge.tasks import TaskResolver
 from saber.gateway.observe.collectors import LearningCollector
 from saber.gateway.observe.logs import GATEWAY_LOGGER
 from saber.gateway.observe.metrics import GatewayMetrics
-from saber.gateway.upstream.client import BackendFailure, Upstream, make_client
+from saber.gateway.replicas import Replica, Replicas
+from saber.gateway.upstream.client import BackendFailure, Upstream
 from saber.gateway.upstream.dialect import Dialect
-from saber.gateway.upstream.watch import BackendWatch, control_client
-from saber.scheduler import Outcome, Policy, Scheduler
+from saber.gateway.upstream.watch import BackendWatch
+from saber.scheduler import Decision, Outcome, Policy, Pool, Scheduler, TaskLengths
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
 
 class Gateway:
-    """Built with the app; ``start`` and ``stop`` run in the server's event loop."""
+    """Built with the app; ``start`` and ``stop`` run in the server's event loop.
+
+    Its backends (``replicas``: one, or several replicas) each have a scheduler in one
+    admission ``pool``; ``scheduler``, ``learning`` and ``backend`` are the first
+    backend's, the only one of a single-backend config.
+    """
 
     def __init__(
         self,
@@ -51,42 +57,57 @@ class Gateway:
         self.tasks: dict[str, TaskType] = dict(cfg.tasks)
         self.resolver = TaskResolver(cfg)
         self.access = Access(cfg)
-        self.metrics = GatewayMetrics(self.tasks)
+        profiles = settings.backend_profiles()
+        self.metrics = GatewayMetrics(self.tasks, [bp.backend.name for bp in profiles])
         self.reloader = Reloader(lambda: self.settings, self.apply, self.metrics)
         self.seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**32)
         self.policy = Policy.from_config(cfg)
-        self.speed = settings.speed_model()
-        self.ttft_fit = settings.ttft()
-        self.scheduler = Scheduler(
-            self.speed,
-            self.policy,
-            tasks=self.tasks,
-            ttft=self.ttft_fit,
-            seed=self.seed,
-            speed_sigma=settings.speed_sigma(),
-        )
-        self.drain = Drain(lambda: self.config.drain_timeout_s, self.scheduler)
-        self.metrics.watch(lambda: self.scheduler)
-        self.learning = Learning(
-            self.scheduler,
-            self.metrics,
-            self.speed,
-            lambda: self.config,
+        lengths = TaskLengths(list(self.tasks.values()), learn=self.policy.learn_lengths)
+        replicas, speeds = [], []
+        for i, bp in enumerate(profiles):
+            speeds.append(bp.speed_model())
+            scheduler = Scheduler(
+                speeds[i],
+                self.policy,
+                tasks=self.tasks,
+                ttft=bp.ttft(),
+                seed=self.seed + i,
+                speed_sigma=bp.speed_sigma(),
+                lengths=lengths,
+            )
+            scheduler.set_arrival_share(1.0 / cfg.cluster.gateways)
+            replicas.append(Replica(i, bp, scheduler))
+        self.pool = Pool([r.scheduler for r in replicas])
+        self.replicas = Replicas(
+            replicas,
+            self.pool,
+            lambda: self.config.cluster,
             lambda: self.admission.now(),
+            lambda: self.admission.poke(),
         )
+        several = self.replicas.several
+        for r, speed in zip(replicas, speeds, strict=True):
+            r.learning = Learning(
+                r.scheduler,
+                self.metrics,
+                speed,
+                lambda: self.config,
+                lambda: self.admission.now(),
+                state_suffix=r.state_suffix(several),
+            )
+        self.drain = Drain(lambda: self.config.drain_timeout_s, self.pool)
+        self.metrics.watch(lambda: self.pool, lambda: self.replicas.all)
         self.metrics.watch_learning(
-            LearningCollector(self.scheduler, self.learning.profile_ratio, lambda: self.tasks)
+            LearningCollector(lambda: self.replicas.all, lambda: self.tasks)
         )
-        self.backend = BackendWatch(cfg.backend)
         self.passthrough = PassthroughGate(
             cfg.passthrough.max_concurrency, cfg.passthrough.queue_cap
         )
         self.metrics.watch_passthrough(self.passthrough)
-        self.metrics.watch_backend(self.backend)
+        self.metrics.watch_backends(lambda: self.replicas.all)
         self._trace = trace
         self._transport = transport
         self._admission: Admission | None = None
-        self._upstream: Upstream | None = None
         self._backend_model: str | None = cfg.backend.model
         self.started_at = time.time()
 
@@ -97,55 +118,91 @@ class Gateway:
         return self._admission
 
     @property
+    def scheduler(self) -> Scheduler:
+        return self.replicas.all[0].scheduler
+
+    @property
+    def learning(self) -> Learning:
+        learning = self.replicas.all[0].learning
+        assert learning is not None
+        return learning
+
+    @property
+    def backend(self) -> BackendWatch:
+        return self.replicas.all[0].watch
+
+    @property
     def upstream(self) -> Upstream:
-        if self._upstream is None:
-            raise RuntimeError("the gateway has not started")
-        return self._upstream
+        """A backend's client for what admission does not place: one that serves."""
+        return self.replicas.serving().upstream
 
     @property
     def dialect(self) -> Dialect:
-        """How the backend's engine reads requests (vLLM's until it is known)."""
+        """How the backends' engine reads requests (vLLM's until it is known); the
+        backends of one gateway run one engine, and the first one's is taken."""
         return self.backend.dialect
+
+    def learnings(self) -> list[Learning]:
+        return [r.learning for r in self.replicas.all if r.learning is not None]
+
+    def _learned(self) -> None:
+        """A request finished: every backend's loop takes what its scheduler observed."""
+        for learning in self.learnings():
+            learning.drain()
+
+    def _decided(self, d: Decision) -> None:
+        self.metrics.on_decision(d)
+        self.replicas.on_decision(d)
 
     async def start(self) -> None:
         self._admission = Admission(
-            self.scheduler,
-            on_decision=self.metrics.on_decision,
-            on_finish=self.learning.drain,
+            self.pool,
+            on_decision=self._decided,
+            on_finish=self._learned,
             on_slot_free=self.metrics.on_slot_free,
             trace=self._trace,
         )
-        self._upstream = Upstream(
-            self.config.backend, make_client(self.config.backend, self._transport)
-        )
-        await self.backend.start(control_client(self.config.backend, self._transport))
-        await self.learning.start()
+        await self.replicas.start(self._transport)
+        for learning in self.learnings():
+            await learning.start()
         self.reloader.start()
         s = self.settings
-        if s.profile_is_default:
+        if s.profile_is_default and any(r.profile.backend.profile is None for r in self.replicas):
             log.warning(
                 "no profile configured: using the default profile shipped for saber-sim's "
                 "paper preset; fit one for your backend with saber-profile",
                 extra={"profile": str(s.profile_path)},
             )
         ttft_tasks = sorted(name for name, t in self.tasks.items() if t.sla_kind == "ttft")
-        if ttft_tasks and self.ttft_fit is None:
+        unfit = [r.name for r in self.replicas if r.profile.ttft() is None]
+        if ttft_tasks and unfit:
             log.warning(
                 "the profile has no TTFT fit: tasks with a TTFT SLA are admitted as if their "
                 "first token took one token's time at f(L); refit the profile with "
                 "saber-profile to admit them against the measured time to first token",
-                extra={"profile": str(s.profile_path), "ttft_tasks": ttft_tasks},
+                extra={"profile": str(s.profile_path), "ttft_tasks": ttft_tasks, "backends": unfit},
             )
+        first = self.replicas.all[0]
         log.info(
             "saber-gateway ready",
             extra={
-                "backend": self.config.backend.url,
-                "backend_kind": self.backend.kind.value,
-                "kind_source": self.backend.kind_source,
+                "backend": first.settings.url,
+                "backend_kind": first.watch.kind.value,
+                "kind_source": first.watch.kind_source,
+                "backends": [
+                    {
+                        "name": r.name,
+                        "url": r.settings.url,
+                        "profile": str(r.profile.profile_path),
+                        "f1_tokens_per_s": round(r.scheduler.max_speed, 2),
+                    }
+                    for r in self.replicas
+                ],
+                "gateways": self.config.cluster.gateways,
                 "profile": str(s.profile_path),
                 "speed_model": s.profile.kind,
                 "f1_tokens_per_s": round(self.scheduler.max_speed, 2),
-                "ttft_fit": self.ttft_fit is not None,
+                "ttft_fit": first.profile.ttft() is not None,
                 "tasks": sorted(self.tasks),
                 "policy": self.policy_dict(),
                 "transport": self.config.backend.transport,
@@ -154,32 +211,32 @@ class Gateway:
 
     async def stop(self) -> None:
         await self.reloader.stop()
-        await self.learning.stop()
-        await self.backend.stop()
+        for learning in self.learnings():
+            await learning.stop()
+        await self.replicas.stop()
         if self._admission is not None:
             self._admission.close()
-        if self._upstream is not None:
-            await self._upstream.aclose()
 
     def apply(self, settings: GatewaySettings) -> None:
         """Swap in reloaded settings (``reload``; the restart-only ones already kept)."""
         cfg = settings.config
-        old = self.settings
         self.settings, self.config = settings, cfg
         for name, task in cfg.tasks.items():
             self.metrics.add_task(name, task.sla_kind)
         self.tasks = {**self.tasks, **cfg.tasks}  # a task type gone may still be queued
         self.resolver = TaskResolver(cfg)
         self.access = Access(cfg)
-        self.scheduler.reconfigure(
-            cfg.tasks, max_concurrency=cfg.max_concurrency, queue_cap=cfg.queue_cap
-        )
-        if settings.profile != old.profile:
-            self.speed = settings.speed_model()
-            self.scheduler.set_speed_model(self.speed)
-            self.ttft_fit = settings.ttft()
-            self.scheduler.set_ttft(self.ttft_fit)
-            self.learning.new_profile(self.speed)
+        for r, bp in zip(self.replicas, settings.backend_profiles(), strict=True):
+            r.scheduler.reconfigure(
+                cfg.tasks, max_concurrency=cfg.max_concurrency, queue_cap=cfg.queue_cap
+            )
+            if bp.profile != r.profile.profile:
+                speed = bp.speed_model()
+                r.scheduler.set_speed_model(speed)
+                r.scheduler.set_ttft(bp.ttft())
+                if r.learning is not None:
+                    r.learning.new_profile(speed)
+            r.profile = bp
         if self._admission is not None:
             self._admission.poke()  # a higher cap, or a new curve, may admit now
 

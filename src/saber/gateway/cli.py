@@ -71,9 +71,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = settings.config
     if args.check:
         note = " (the shipped default)" if settings.profile_is_default else ""
+        backends = settings.backend_profiles()
+        where = (
+            f"backend {cfg.backend.url} ({cfg.backend.kind})"
+            if not cfg.backends
+            else f"{len(backends)} backends: "
+            + ", ".join(
+                f"{b.backend.name}={b.backend.settings.url} (profile {b.profile_path.name})"
+                for b in backends
+            )
+            + f"; {cfg.cluster.gateways} gateway(s)"
+        )
         print(
-            f"saber-gateway: settings OK; backend {cfg.backend.url} ({cfg.backend.kind}); "
-            f"listen {cfg.host}:{cfg.port}; "
+            f"saber-gateway: settings OK; {where}; listen {cfg.host}:{cfg.port}; "
             f"profile {settings.profile_path}{note}; tasks {', '.join(sorted(cfg.tasks))}"
         )
         return 0

@@ -145,7 +145,8 @@ def serve(settings: GatewaySettings, sock: socket.socket | None = None) -> None:
     """Serve until SIGTERM or SIGINT (then drain), reloading on SIGHUP."""
     cfg = settings.config
     sock = sock or bind(cfg.host, cfg.port)
-    nofile = raise_fd_limit(cfg.max_client_connections + cfg.backend.max_connections + FD_MARGIN)
+    upstream = sum(b.settings.max_connections for b in cfg.backend_list())
+    nofile = raise_fd_limit(cfg.max_client_connections + upstream + FD_MARGIN)
     app = create_app(settings)
     guard = guard_for(app)
     if nofile is not None:

@@ -92,6 +92,9 @@ class Scheduler(Placing):
         self._running: dict[str, SchedRequest] = {}
         self._load = 0  # sequences running: the sum of their seqs
         self._seen_elsewhere = self._elsewhere = 0  # at the backend, not admitted here
+        # Admit nothing (a pool's backend out of service while others serve): requests
+        # wait, are demoted and expire as ever, and the pool moves them elsewhere.
+        self.paused = False
         self._high_running = 0
         # Lazy min-heaps: stale entries are skipped when they surface.
         self._demote_at: list[tuple[float, str]] = []

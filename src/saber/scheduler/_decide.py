@@ -44,6 +44,7 @@ class Decide(Bookkeeping):
     _demote_at: list[tuple[float, str]]
     _expire_at: list[tuple[float, str]]
     _last_protected: float
+    paused: bool  # admit nothing here: a pool's backend out of service (Scheduler)
 
     # -- when a waiting request is due -----------------------------------
 
@@ -129,6 +130,8 @@ class Decide(Bookkeeping):
     # -- Algorithm 1 -----------------------------------------------------
 
     def _admit(self, now: float) -> list[Decision]:
+        if self.paused:
+            return []
         if self.policy.decide == "mean":
             return self._admit_mean(now)
         out = self._admit_chance(now)

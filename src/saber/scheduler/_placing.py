@@ -26,9 +26,9 @@ class Placing(Decide):
     def pass_rule(self, tier: Tier, now: float) -> Callable[[SchedRequest], float] | None:
         """The earliest deadline with which a request waiting in ``tier`` would be
         admitted here now, as a function of the request (to search another backend's
-        queue with); None when none would be (a policy that does not decide by chance,
-        or demoted work while this HPQ waits)."""
-        if self.policy.decide != "chance":
+        queue with); None when none would be (paused, a policy that does not decide by
+        chance, or demoted work while this HPQ waits)."""
+        if self.paused or self.policy.decide != "chance":
             return None
         credit = 0.0
         if tier is Tier.LOW:

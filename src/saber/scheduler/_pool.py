@@ -11,6 +11,11 @@ worth most; an idle engine takes the most urgent request waiting anywhere. So ad
 asks whether some backend can still serve a request in time, not whether the one it
 was placed on can.
 
+A backend may be taken out of service (``set_down``: its circuit breaker opened): it
+is paused, so that nothing is placed or admitted there and what waits there moves on,
+as long as another backend serves; when none does, the pool serves as if all were up
+(a request tries, and fails cleanly, rather than waiting for nothing).
+
 ``place`` names the baselines' placement instead (round-robin, least loaded): they
 place once and never move a request, as a router in front of per-backend admission.
 """
@@ -60,6 +65,7 @@ class Pool:
         self.place = place
         self._where: dict[str, int] = {}  # request id -> its backend, until it leaves
         self._cursor = 0
+        self._down = [False] * len(self.backends)
 
     @classmethod
     def build(
@@ -125,12 +131,20 @@ class Pool:
             self.backends[home].progress(req_id, tokens, now)
 
     def finish(self, req_id: str, now: float, tokens: int | None = None) -> Outcome | None:
-        home = self._where.pop(req_id, None)
-        return None if home is None else self.backends[home].finish(req_id, now, tokens)
+        home = self._where.get(req_id)
+        if home is None:
+            return None
+        outcome = self.backends[home].finish(req_id, now, tokens)  # if it raises, cancel may
+        del self._where[req_id]
+        return outcome
 
     def cancel(self, req_id: str, now: float) -> Outcome | None:
-        home = self._where.pop(req_id, None)
-        return None if home is None else self.backends[home].cancel(req_id, now)
+        home = self._where.get(req_id)
+        if home is None:
+            return None
+        outcome = self.backends[home].cancel(req_id, now)
+        del self._where[req_id]
+        return outcome
 
     def next_wakeup(self) -> float | None:
         times = [t for b in self.backends if (t := b.next_wakeup()) is not None]
@@ -142,30 +156,60 @@ class Pool:
         (``Scheduler.set_elsewhere``)."""
         self.backends[backend].set_elsewhere(seen, headroom, now)
 
+    def set_down(self, backend: int, down: bool) -> None:
+        """Take ``backend`` out of service, or back in; ``poll`` next, so that what
+        waits there moves on (or, back in, what waits anywhere may run there)."""
+        self._down[backend] = down
+        serving = not all(self._down)
+        for i, b in enumerate(self.backends):
+            b.paused = self._down[i] and serving
+
+    def is_down(self, backend: int) -> bool:
+        return self._down[backend]
+
     def backend_of(self, req_id: str) -> int | None:
         return self._where.get(req_id)
+
+    def is_running(self, req_id: str) -> bool:
+        home = self._where.get(req_id)
+        return home is not None and self.backends[home].is_running(req_id)
+
+    def is_queued(self, req_id: str) -> bool:
+        home = self._where.get(req_id)
+        return home is not None and self.backends[home].is_queued(req_id)
+
+    def time_to_free(self, now: float, q: float = 0.5) -> float | None:
+        """Seconds until a slot frees somewhere in the pool, with chance at least ``q``
+        (the soonest of the backends' own ``q``-quantiles); None when nothing runs."""
+        times = [
+            t for b in self.backends if not b.paused and (t := b.time_to_free(now, q)) is not None
+        ]
+        return min(times) if times else None
 
     @property
     def load(self) -> int:
         return sum(b.load for b in self.backends)
 
-    def queued(self) -> int:
-        return sum(b.queued() for b in self.backends)
+    def queued(self, task: str | None = None, tier: Tier | None = None) -> int:
+        return sum(b.queued(task, tier) for b in self.backends)
 
     # -- placement ---------------------------------------------------------
 
     def _home(self, req: SchedRequest, now: float) -> int:
         backends = self.backends
+        if len(backends) == 1:
+            return 0
+        live = [i for i, b in enumerate(backends) if not b.paused]
         if self.place == "round-robin":
+            while backends[self._cursor].paused:
+                self._cursor = (self._cursor + 1) % len(backends)
             home, self._cursor = self._cursor, (self._cursor + 1) % len(backends)
             return home
         if self.place == "least-loaded":
-            return min(
-                range(len(backends)), key=lambda i: (backends[i].load + backends[i].queued(), i)
-            )
+            return min(live, key=lambda i: (backends[i].load + backends[i].queued(), i))
         # Where it would be admitted now, if anywhere; among those, where it is worth most.
-        ready = [i for i, b in enumerate(backends) if b.admissible(req, now)]
-        return max(ready or range(len(backends)), key=lambda i: self._score(i, req, now))
+        ready = [i for i in live if backends[i].admissible(req, now)]
+        return max(ready or live, key=lambda i: self._score(i, req, now))
 
     def _score(self, i: int, req: SchedRequest, now: float) -> tuple[int, float, float, int]:
         """What placing it at backend ``i`` is worth (its chance there less what it
@@ -219,9 +263,9 @@ class Pool:
         self, backend: Scheduler, tier: Tier, now: float
     ) -> Callable[[SchedRequest], float] | None:
         """What passes at ``backend`` now: anything when it is idle (an idle engine is
-        never kept idle), else its own rule; nothing moves under the baselines'
-        placements."""
-        if self.place != "chance":
+        never kept idle), else its own rule; nothing moves to a paused backend, nor
+        under the baselines' placements."""
+        if self.place != "chance" or backend.paused:
             return None
         if backend.engine_idle and not backend.queued():
             return _anything
@@ -232,6 +276,20 @@ class Pool:
             if d.action is Action.REJECT:
                 self._where.pop(d.request.id, None)
         return [Placed(d, backend) for d in decisions]
+
+
+def derived_headroom(gateways: int, admitted: float) -> int:
+    """What a gateway adds, at one replica, for what the other gateways admit there
+    between two of its scrapes: ``ceil((gateways - 1) * admitted)``, ``admitted`` being
+    how many it admitted there itself over its last scrape interval.
+
+    The balancer splits clients evenly over the gateways, so each other gateway is
+    assumed to admit about as much as this one did; what they admitted before the scrape
+    is already in the scraped count, what they admit until the next one is not.
+    """
+    if gateways < 1 or admitted < 0:
+        raise ValueError(f"gateways {gateways} must be >= 1 and admitted {admitted} >= 0")
+    return math.ceil((gateways - 1) * admitted)
 
 
 def _anything(_: SchedRequest) -> float:

@@ -117,6 +117,12 @@ class SpeedModel:
         self._elsewhere = self._seen_elsewhere + max(int(headroom), 0)
 
     @property
+    def elsewhere(self) -> tuple[int, int]:
+        """Sequences at the backend that are not this scheduler's: as last seen, and
+        with the headroom added (``set_elsewhere``)."""
+        return self._seen_elsewhere, self._elsewhere
+
+    @property
     def engine_idle(self) -> bool:
         """Nothing runs at the backend, of this scheduler's or, as last seen, others'."""
         return not self._running and not self._seen_elsewhere

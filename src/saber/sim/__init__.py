@@ -11,7 +11,7 @@ OpenAI-compatible vLLM stand-in that steps the same engine model on the real clo
 
 from saber.sim._cluster import simulate_cluster
 from saber.sim._cluster_types import AdmissionPool, BackendStats, ClusterResult, GatewayStats
-from saber.sim._gateways import SCRAPE_S, derived_headroom, gateway_of
+from saber.sim._gateways import SCRAPE_S, gateway_of
 from saber.sim._records import SimRecord, SimResult
 from saber.sim._routers import ROUTERS, BackendView, Router
 from saber.sim._virtual import AdmissionScheduler, simulate
@@ -28,7 +28,6 @@ __all__ = [
     "Router",
     "SimRecord",
     "SimResult",
-    "derived_headroom",
     "gateway_of",
     "simulate",
     "simulate_cluster",

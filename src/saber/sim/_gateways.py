@@ -20,24 +20,11 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from saber.scheduler import derived_headroom
 from saber.sim._cluster_types import AdmissionPool, GatewayStats
 
 SCRAPE_S = 0.2
 """How often each gateway scrapes every replica's ``/metrics`` (100-250 ms in practice)."""
-
-
-def derived_headroom(gateways: int, admitted: float) -> int:
-    """What a gateway adds, at one replica, for what the other gateways admit there
-    between two of its scrapes: ``ceil((gateways - 1) * admitted)``, ``admitted`` being
-    how many it admitted there itself over its last scrape interval.
-
-    The balancer splits clients evenly over the gateways, so each other gateway is
-    assumed to admit about as much as this one did; what they admitted before the scrape
-    is already in the scraped count, what they admit until the next one is not.
-    """
-    if gateways < 1 or admitted < 0:
-        raise ValueError(f"gateways {gateways} must be >= 1 and admitted {admitted} >= 0")
-    return math.ceil((gateways - 1) * admitted)
 
 
 def gateway_of(req_id: str, gateways: int) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from saber.gateway.observe.logs import GATEWAY_LOGGER
-from saber.scheduler import Action, Decision, Outcome, SchedRequest, Scheduler
+from saber.scheduler import Action, Decision, Outcome, Placed, Pool, SchedRequest, Scheduler
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -65,16 +65,16 @@ class TraceEntry:
 
 
 class Admission:
-    """The gateway's only door to the scheduler.
+    """The gateway's only door to the scheduler: the pool of its backends' schedulers.
 
     It knows the requests it has offered and not yet seen leave (``active``) and the
-    future each queued one waits on; where a request is (queued, running, let go) it
-    asks the scheduler.
+    future each queued one waits on; where a request is (queued, running, let go, and
+    on which backend) it asks the pool.
     """
 
     def __init__(
         self,
-        scheduler: Scheduler,
+        scheduler: Pool | Scheduler,
         *,
         loop: asyncio.AbstractEventLoop | None = None,
         on_decision: Callable[[Decision], None] | None = None,
@@ -82,7 +82,7 @@ class Admission:
         on_slot_free: Callable[[float, float], None] | None = None,
         trace: bool = False,
     ) -> None:
-        self.scheduler = scheduler
+        self.pool = scheduler if isinstance(scheduler, Pool) else Pool([scheduler])
         self.on_decision = on_decision  # called with every decision, before it is applied
         self.on_finish = on_finish  # called after a request finished (it taught the scheduler)
         # Called with (predicted, observed) seconds to a free slot, for each Retry-After
@@ -120,7 +120,7 @@ class Admission:
         once, or with the exception that applying that decision raised. If the
         scheduler raises, nothing of the request is left behind."""
         now = self.now()
-        decisions = self.scheduler.offer(req, now)
+        decisions = self.pool.offer(req, now)
         future: asyncio.Future[Decision] = self._loop.create_future()
         self._requests[req.id] = req
         self._waiting[req.id] = future
@@ -135,7 +135,7 @@ class Admission:
         request of several is reported by the mean of its sequences, rounded up."""
         if req.id in self._requests:
             per_seq = -(-tokens // req.seqs)
-            self.scheduler.progress(req.id, per_seq, self.now())
+            self.pool.progress(req.id, per_seq, self.now())
 
     def leave(
         self, req: SchedRequest, *, served: bool, tokens: int | None = None
@@ -148,7 +148,7 @@ class Admission:
         """
         self._forget(req.id)
         now = self.now()
-        sched = self.scheduler
+        sched = self.pool
         running = sched.is_running(req.id)
         if served and running:
             call, outcome = "finish", sched.finish(req.id, now, tokens)
@@ -168,9 +168,9 @@ class Admission:
         holds it, whatever else fails."""
         self._forget(req.id)
         now = self.now()
-        running = self.scheduler.is_running(req.id)
+        running = self.pool.is_running(req.id)
         try:
-            if self.scheduler.cancel(req.id, now) is None:
+            if self.pool.cancel(req.id, now) is None:
                 return
         except Exception:
             # Its running slot is freed before the scheduler can fail (the token clock).
@@ -181,7 +181,7 @@ class Admission:
 
     def poke(self) -> None:
         """Poll the scheduler now (its settings changed: it may admit)."""
-        self._record("poll", self.now(), None, self.scheduler.poll(self.now()))
+        self._record("poll", self.now(), None, self.pool.poll(self.now()))
 
     def close(self) -> None:
         """Stop the timer (at shutdown)."""
@@ -213,11 +213,16 @@ class Admission:
     def _after_leaving(self, call: str, now: float, req_id: str) -> None:
         if self.trace is not None:
             self.trace.append(TraceEntry(call, now, req_id))
-        self._record("poll", now, None, self.scheduler.poll(now))
+        self._record("poll", now, None, self.pool.poll(now))
+
+    def backend_of(self, req_id: str) -> int | None:
+        """The backend (its index in the pool) a running request was placed on."""
+        return self.pool.backend_of(req_id)
 
     def _record(
-        self, call: str, now: float, arg: SchedRequest | None, decisions: list[Decision]
+        self, call: str, now: float, arg: SchedRequest | None, placed: list[Placed]
     ) -> None:
+        decisions = [p.decision for p in placed]
         if self.trace is not None:
             self.trace.append(TraceEntry(call, now, arg, list(decisions)))
         for d in decisions:
@@ -242,7 +247,7 @@ class Admission:
                 future.set_exception(exc)
 
     def _rearm(self) -> None:
-        when = self.scheduler.next_wakeup()
+        when = self.pool.next_wakeup()
         if when == self._timer_at and self._timer is not None:
             return
         if self._timer is not None:
@@ -260,7 +265,7 @@ class Admission:
         if due is not None and now < due:
             now = self._last_now = due
         try:
-            self._record("timer", now, None, self.scheduler.poll(now))
+            self._record("timer", now, None, self.pool.poll(now))
         except Exception:
             log.exception("the scheduler failed on its timer")
             self._rearm()
@@ -280,10 +285,10 @@ class Admission:
         slot to free resolves (``on_slot_free``): the check of the prediction."""
         now = self.now()
         last = self._last_prediction
-        if last is not None and now - last[0] < RETRY_AFTER_REUSE_S and self.scheduler.load:
+        if last is not None and now - last[0] < RETRY_AFTER_REUSE_S and self.pool.load:
             predicted: float | None = max(last[1] - (now - last[0]), 0.0)
         else:
-            predicted = self.scheduler.time_to_free(now, RETRY_AFTER_QUANTILE)
+            predicted = self.pool.time_to_free(now, RETRY_AFTER_QUANTILE)
             self._last_prediction = None if predicted is None else (now, predicted)
         if predicted is not None:
             if len(self._probes) >= MAX_PROBES:

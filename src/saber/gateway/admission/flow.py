@@ -55,6 +55,7 @@ class Flow:
         self.via: Via | None = None
         self.call: Call | None = None
         self.req: SchedRequest | None = None  # once offered: its tier, admission, outcome
+        self.backend: str | None = None  # the backend's name, once admitted there
         self.left_queue: float | None = None  # admitted, rejected, or cancelled while queued
         self.first_token: float | None = None
         self.tokens = 0  # generated so far, as the relay counted them
@@ -165,7 +166,7 @@ def _account(
     m = metrics.task(flow.task_name)
     m.outcomes[outcome].inc()
     if fault is not None:
-        metrics.backend_errors.labels(fault).inc()
+        metrics.backend_error(fault, flow.backend)
     queue_s = None
     if flow.left_queue is not None and outcome is not Outcome.REJECTED_QUEUE_FULL:
         queue_s = max(flow.left_queue - flow.arrival, 0.0)
@@ -221,6 +222,7 @@ def _fields(
         "stream": payload.stream if payload is not None else None,
         "model": payload.model if payload is not None else None,
         "tier": req.tier.value if req is not None else None,
+        "backend": flow.backend,
         "queue_ms": _ms(queue_s),
         "ttft_ms": _ms(ttft),
         "latency_ms": _ms(latency),

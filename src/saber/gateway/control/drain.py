@@ -25,7 +25,7 @@ from typing import Protocol
 
 from saber.gateway.errors import GatewayError
 from saber.gateway.observe.logs import GATEWAY_LOGGER
-from saber.scheduler import Outcome, Scheduler
+from saber.scheduler import Outcome, Pool
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -60,7 +60,7 @@ def drain_timeout_error(timeout_s: float) -> GatewayError:
 class Drain:
     """The gateway's completion requests in progress, and the drain that ends them."""
 
-    def __init__(self, timeout_s: Callable[[], float], scheduler: Scheduler) -> None:
+    def __init__(self, timeout_s: Callable[[], float], scheduler: Pool) -> None:
         self._timeout_s = timeout_s  # drain_timeout_s as in force when the drain begins
         self._scheduler = scheduler
         self.draining = False

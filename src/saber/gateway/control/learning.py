@@ -61,8 +61,13 @@ class Learning:
         profile: SpeedModel,
         config: Callable[[], GatewayConfig],
         clock: Callable[[], float],
+        *,
+        state_suffix: str = "",
     ) -> None:
+        """``state_suffix``: of several backends, each keeps its state in the state
+        file's name + "." + this."""
         self._scheduler = scheduler
+        self._state_suffix = state_suffix
         self._metrics = metrics
         self._config = config  # the settings in force
         self._clock = clock  # the admission clock
@@ -198,8 +203,14 @@ class Learning:
     def _fingerprint(self) -> dict[str, Any]:
         return self.profile.to_dict()
 
-    def _save_state(self) -> None:
+    def _state_path(self) -> Path | None:
         path = self._config().state_file
+        if path is None or not self._state_suffix:
+            return path
+        return path.with_name(f"{path.name}.{self._state_suffix}")
+
+    def _save_state(self) -> None:
+        path = self._state_path()
         if path is None:
             return
         sched = self._scheduler
@@ -224,7 +235,7 @@ class Learning:
         log.info("state saved", extra={"path": str(path)})
 
     def _load_state(self) -> None:
-        path = self._config().state_file
+        path = self._state_path()
         if path is None or not Path(path).exists():
             return
         sched = self._scheduler

@@ -10,8 +10,8 @@ get the new settings.
 
 Applied live: task types, aliases, rules, ``default_task``, keys and the metrics
 access, ``task_max_tokens``, ``max_concurrency``, ``max_sequences_per_request``,
-``queue_cap``, the profile (the scheduler's curve and calibration start again from
-it), and every limit and interval the gateway reads per request or connection.
+``queue_cap``, the profiles (a backend's curve and calibration start again from its
+own), and every limit and interval the gateway reads per request or connection.
 ``RESTART`` lists what a reload cannot change: a change there is logged and the
 running value kept.
 """
@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ RESTART = (
     "host",
     "port",
     "backend",
+    "backends",
+    "cluster",
     "policy",
     "window_size",
     "order",
@@ -92,14 +95,17 @@ class Reloader:
             kept = [f for f in RESTART if getattr(settings.config, f) != getattr(old, f)]
             config = settings.config.model_copy(update={f: getattr(old, f) for f in kept})
             changed = _changed(old, config)
-            profile_changed = settings.profile != current.profile
+            now = current.backend_profiles()
+            backends = now if "backends" in kept else settings.backend_profiles()
+            profile_changed = settings.profile != current.profile or [
+                b.profile for b in backends
+            ] != [b.profile for b in now]
             self._apply(
-                GatewaySettings(
-                    config,
-                    settings.profile,
-                    settings.profile_path,
-                    settings.profile_is_default,
-                    settings.source or current.source,
+                replace(
+                    settings,
+                    config=config,
+                    source=settings.source or current.source,
+                    backends=backends,
                 )
             )
             self._metrics.reloads.labels("applied").inc()
@@ -149,7 +155,8 @@ class Reloader:
         settings = self._settings()
         source = settings.source
         config = source.config_path if source is not None else None
-        return [_stamp(config or DEFAULT_GATEWAY_CONFIG), _stamp(settings.profile_path)]
+        profiles = {settings.profile_path, *(b.profile_path for b in settings.backends)}
+        return [_stamp(config or DEFAULT_GATEWAY_CONFIG), *map(_stamp, sorted(profiles))]
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

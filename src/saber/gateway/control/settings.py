@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from saber.config import GatewayConfig, load_gateway_config
+from saber.config import Backend, GatewayConfig, load_gateway_config
 from saber.scheduler import TTFTFn
 from saber.speed import Profile, ProfileError, SpeedModel, load_profile
 
@@ -26,14 +26,13 @@ class SettingsSource:
 
 
 @dataclass(frozen=True)
-class GatewaySettings:
-    config: GatewayConfig
+class BackendProfile:
+    """One backend and the profile its speed model starts from (its own, or the
+    gateway's ``profile``)."""
+
+    backend: Backend
     profile: Profile
     profile_path: Path
-    profile_is_default: bool
-    """True when no profile was configured and the shipped default is in use."""
-    source: SettingsSource | None = None
-    """How to read them again (a reload); None: they were built in code."""
 
     def speed_model(self) -> SpeedModel:
         return self.profile.speed_model()
@@ -49,12 +48,35 @@ class GatewaySettings:
         return None if fit is None else fit.predict
 
 
+@dataclass(frozen=True)
+class GatewaySettings:
+    config: GatewayConfig
+    profile: Profile
+    profile_path: Path
+    profile_is_default: bool
+    """True when no profile was configured and the shipped default is in use."""
+    source: SettingsSource | None = None
+    """How to read them again (a reload); None: they were built in code."""
+    backends: tuple[BackendProfile, ...] = ()
+    """Each backend served, with its profile (``settings_from_config``)."""
+
+    def backend_profiles(self) -> tuple[BackendProfile, ...]:
+        """The backends, each with its profile; built in code without them, each of the
+        config's backends on ``profile``."""
+        if self.backends:
+            return self.backends
+        return tuple(
+            BackendProfile(b, self.profile, self.profile_path) for b in self.config.backend_list()
+        )
+
+
 def settings_from_config(config: GatewayConfig) -> GatewaySettings:
-    """Load the profile the config names (or the shipped default); ProfileError if bad."""
+    """Load the profiles the config names (the gateway's, or the shipped default, and
+    each backend's own); ProfileError if one is bad."""
     path = config.profile_path()
     is_default = config.profile is None
     try:
-        profile = load_profile(path)
+        profile = _load(path)
     except ProfileError as exc:
         if is_default:
             raise ProfileError(
@@ -63,6 +85,18 @@ def settings_from_config(config: GatewayConfig) -> GatewaySettings:
                 "SABER_PROFILE or --profile to a file made by saber-profile)"
             ) from None
         raise
+    loaded = {path: profile}  # replicas of one profile share it
+    backends = []
+    for backend in config.backend_list():
+        own = backend.profile or path
+        if own not in loaded:
+            loaded[own] = _load(own)
+        backends.append(BackendProfile(backend, loaded[own], own))
+    return GatewaySettings(config, profile, path, is_default, backends=tuple(backends))
+
+
+def _load(path: Path) -> Profile:
+    profile = load_profile(path)
     try:
         speed = profile.speed_model()
         f1 = speed(1.0)
@@ -70,7 +104,7 @@ def settings_from_config(config: GatewayConfig) -> GatewaySettings:
         raise ProfileError(f"{path}: unusable speed model: {exc}") from None
     if not f1 > 0:  # pragma: no cover - every model is floored above 0
         raise ProfileError(f"{path}: the speed model predicts f(1) = {f1}; it must be > 0")
-    return GatewaySettings(config, profile, path, is_default)
+    return profile
 
 
 def load_settings(

@@ -150,12 +150,16 @@ class Exchange(Response):
             await out.write(f": {label} queue_ms={flow.queue_s() * 1000:.1f}\n\n".encode())
         call = flow.call
         assert call is not None
-        body = call.body_for(decision.tier, gw.config.backend.forward_priority)
-        request = gw.upstream.request(PATHS[call.endpoint], body, call.headers)
+        replica = gw.replicas.of(gw.admission.backend_of(flow.id))
+        flow.backend = replica.name
+        body = call.body_for(decision.tier, replica.settings.forward_priority)
+        request = replica.upstream.request(PATHS[call.endpoint], body, call.headers)
         try:
-            async with gw.upstream.open(request) as resp:
+            async with replica.upstream.open(request) as resp:
+                gw.replicas.answered(replica, resp.status_code)
                 return await relay(flow, resp, out, label)
         except BackendFailure as failure:
+            gw.replicas.failed(replica, failure.kind)
             return failed(flow, failure)
 
     async def _admission(self, out: Downstream) -> Decision:

@@ -1,12 +1,15 @@
 """Gauges read at scrape time from the parts they describe, so they can never drift.
 
-Each collector is handed a narrow view of what it reads (a scheduler, a few
-callables, a backend watch's public fields), never the gateway itself.
+Each collector is handed a narrow view of what it reads (the admission pool, each
+backend's scheduler and watch), never the gateway itself. A series about one backend
+carries its name (``backend``) when there are several, and no such label when there
+is one (the series of a single-backend gateway are as they always were); one about
+the gateway as a whole sums its backends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -14,11 +17,11 @@ from prometheus_client.registry import Collector
 
 from saber.backend import BackendKind, BackendLoad
 from saber.config import TaskType
-from saber.scheduler import Scheduler, Tier
+from saber.scheduler import Pool, Scheduler, Tier
 
 
 class BackendView(Protocol):
-    """What the metrics read of the gateway's watch on its backend."""
+    """What the metrics read of the gateway's watch on a backend."""
 
     @property
     def kind(self) -> BackendKind: ...
@@ -31,18 +34,53 @@ class BackendView(Protocol):
     def fresh_load(self) -> BackendLoad | None: ...
 
 
+class ReplicaView(Protocol):
+    """What the metrics read of one backend the gateway serves."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def scheduler(self) -> Scheduler: ...
+    @property
+    def watch(self) -> BackendView: ...
+    @property
+    def ejected(self) -> bool: ...
+    @property
+    def ejections(self) -> int: ...
+    def profile_ratio(self) -> float | None: ...
+
+
+Replicas = Callable[[], Sequence[ReplicaView]]
+
+
+def named(replicas: Sequence[ReplicaView]) -> Callable[[ReplicaView], list[str]]:
+    """A backend's ``backend`` label value, if backends are told apart (several)."""
+    if len(replicas) > 1:
+        return lambda r: [r.name]
+    return lambda r: []
+
+
+def by_backend(replicas: Sequence[ReplicaView], *labels: str) -> list[str]:
+    return [*labels, "backend"] if len(replicas) > 1 else list(labels)
+
+
 class SchedulerCollector(Collector):
-    def __init__(self, scheduler: Callable[[], Scheduler | None], tasks: Iterable[str]) -> None:
-        self._scheduler = scheduler
+    def __init__(
+        self, pool: Callable[[], Pool | None], replicas: Replicas, tasks: Iterable[str]
+    ) -> None:
+        self._pool = pool
+        self._replicas = replicas
         self._tasks = tasks  # live: read at each scrape
 
     def describe(self) -> list[Metric]:
         return list(self._families(None))
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._families(self._scheduler())
+        yield from self._families(self._pool())
 
-    def _families(self, s: Scheduler | None) -> Iterator[Metric]:
+    def _families(self, s: Pool | None) -> Iterator[Metric]:
+        replicas = self._replicas()
+        label = named(replicas)
         depth = GaugeMetricFamily(
             "saber_queue_depth",
             "Requests waiting, by task type and queue tier (a request counts once, whatever "
@@ -54,35 +92,52 @@ class SchedulerCollector(Collector):
             "Sequences admitted and running at the backend, the load L: each request counts "
             "n (or best_of) x its prompts, as vLLM's num_requests_running does.",
         )
+        placed = GaugeMetricFamily(
+            "saber_backend_in_flight",
+            "Sequences this gateway has running at each backend (saber_requests_in_flight "
+            "is their sum).",
+            labels=by_backend(replicas),
+        )
         predicted = GaugeMetricFamily(
             "saber_predicted_speed_tokens_per_second",
-            "Per-sequence speed f(L) the profile predicts at the current load (sequences) "
-            "and at one more.",
-            labels=["load"],
+            "Per-sequence speed f(L) each backend's profile predicts at its current load "
+            "(sequences, its own and what it counts of other gateways') and at one more.",
+            labels=by_backend(replicas, "load"),
+        )
+        up = GaugeMetricFamily(
+            "saber_backend_up",
+            "1 while the backend takes new requests, 0 while it is ejected (its circuit "
+            "breaker is open after failures in a row, or its /metrics is stale with "
+            "cluster.stale: closed).",
+            labels=by_backend(replicas),
+        )
+        ejections = CounterMetricFamily(
+            "saber_backend_ejections",
+            "Times the backend was ejected after failing requests in a row.",
+            labels=by_backend(replicas),
         )
         if s is not None:
             for task in self._tasks:
                 for tier in Tier:
                     depth.add_metric([task, tier.value], s.queued(task, tier))
-            load = s.load
-            in_flight.add_metric([], load)
-            predicted.add_metric(["current"], s.predicted_speed(max(load, 1)))
-            predicted.add_metric(["next"], s.predicted_speed(load + 1))
-        yield from (depth, in_flight, predicted)
+            in_flight.add_metric([], s.load)
+            for r in replicas:
+                b, name = r.scheduler, label(r)
+                load = b.load
+                placed.add_metric(name, load)
+                predicted.add_metric(["current", *name], b.predicted_speed(max(load, 1)))
+                predicted.add_metric(["next", *name], b.predicted_speed(load + 1))
+                up.add_metric(name, 0.0 if r.ejected else 1.0)
+                ejections.add_metric(name, r.ejections)
+        yield from (depth, in_flight, placed, predicted, up, ejections)
 
 
 class LearningCollector(Collector):
     """What the closed loop has learned, read at scrape time: the calibration, observed
     speed over the loaded profile's, and each task's expected answer length."""
 
-    def __init__(
-        self,
-        scheduler: Scheduler,
-        profile_ratio: Callable[[], float | None],
-        tasks: Callable[[], Mapping[str, TaskType]],
-    ) -> None:
-        self._scheduler = scheduler
-        self._profile_ratio = profile_ratio  # observed over the profile's speed
+    def __init__(self, replicas: Replicas, tasks: Callable[[], Mapping[str, TaskType]]) -> None:
+        self._replicas = replicas
         self._tasks = tasks  # the task types in force
 
     def describe(self) -> list[Metric]:
@@ -92,10 +147,13 @@ class LearningCollector(Collector):
         yield from self._families(with_samples=True)
 
     def _families(self, *, with_samples: bool) -> Iterator[Metric]:
+        replicas = self._replicas()
+        label = named(replicas)
         calibration = GaugeMetricFamily(
             "saber_speed_calibration",
             "Observed over predicted speed of recent finished requests (moving average), "
             "by which f(L) is scaled when the policy calibrates; 1 after a swap.",
+            labels=by_backend(replicas),
         )
         spread = GaugeMetricFamily(
             "saber_speed_spread",
@@ -103,12 +161,14 @@ class LearningCollector(Collector):
             "deviation of its logarithm (0.1 is about 10%), learned from finished requests "
             "and starting from the profile's own error; the chance of finishing in time is "
             "computed with it.",
+            labels=by_backend(replicas),
         )
         profile = GaugeMetricFamily(
             "saber_speed_observed_over_profile",
             "Median, over recent finished requests, of the speed they got over the speed "
             "the loaded profile predicts over the loads they ran at: far from 1, the profile "
             "no longer describes the engine. Absent until a request has finished.",
+            labels=by_backend(replicas),
         )
         lengths = GaugeMetricFamily(
             "saber_expected_output_tokens",
@@ -122,12 +182,15 @@ class LearningCollector(Collector):
             labels=["task"],
         )
         if with_samples:
-            sched = self._scheduler
-            calibration.add_metric([], sched.calibration)
-            spread.add_metric([], sched.speed_sigma)
-            ratio = self._profile_ratio()
-            if ratio is not None:
-                profile.add_metric([], ratio)
+            ratios = False
+            for r in replicas:
+                calibration.add_metric(label(r), r.scheduler.calibration)
+                spread.add_metric(label(r), r.scheduler.speed_sigma)
+                ratio = r.profile_ratio()
+                if ratio is not None:
+                    profile.add_metric(label(r), ratio)
+                    ratios = True
+            sched = replicas[0].scheduler  # the backends share the tasks' lengths
             for task, summary in sched.lengths.summary().items():
                 for stat in ("mean", "p50", "p90"):
                     lengths.add_metric([task, stat], summary[stat])
@@ -137,7 +200,7 @@ class LearningCollector(Collector):
                     lengths.add_metric([name, "mean"], task_type.expected_tokens)
             yield calibration
             yield spread
-            if ratio is not None:
+            if ratios:
                 yield profile
             yield from (lengths, seen)
         else:
@@ -145,15 +208,15 @@ class LearningCollector(Collector):
 
 
 class BackendCollector(Collector):
-    """The backend's identity, and its load as last read from its /metrics.
+    """Each backend's identity, and its load as last read from its /metrics.
 
-    The two load gauges are absent until the first good read, and again while the
-    last good read is older than the watch's ``stale_after`` (the backend's
+    A backend's two load gauges are absent until the first good read, and again while
+    the last good read is older than the watch's ``stale_after`` (the backend's
     /metrics is failing): no value rather than an old one, never NaN.
     """
 
-    def __init__(self, backend: BackendView) -> None:
-        self._backend = backend
+    def __init__(self, replicas: Replicas) -> None:
+        self._replicas = replicas
 
     def describe(self) -> list[Metric]:
         return list(self._families(with_samples=False))
@@ -162,36 +225,45 @@ class BackendCollector(Collector):
         yield from self._families(with_samples=True)
 
     def _families(self, *, with_samples: bool) -> Iterator[Metric]:
-        b = self._backend
+        replicas = self._replicas()
+        label = named(replicas)
         info = GaugeMetricFamily(
             "saber_backend_info",
-            "The backend's engine (kind) and version; source says whether the kind was "
+            "Each backend's engine (kind) and version; source says whether the kind was "
             "configured, detected, or assumed (vllm) until detection succeeds.",
-            labels=["kind", "version", "source"],
+            labels=by_backend(replicas, "kind", "version", "source"),
         )
         errors = CounterMetricFamily(
             "saber_backend_scrape_errors",
             "Failed reads of the backend's /metrics (unreachable, error status, no load series).",
+            labels=by_backend(replicas),
         )
         running = GaugeMetricFamily(
             "saber_backend_requests_running",
             "Requests the backend says it is running, whoever sent them "
             "(vllm:num_requests_running, which counts each of a request's n choices and "
             "prompts, as saber_requests_in_flight does; llamacpp:requests_processing).",
+            labels=by_backend(replicas),
         )
         waiting = GaugeMetricFamily(
             "saber_backend_requests_waiting",
             "Requests the backend says are waiting inside it, whoever sent them "
             "(vllm:num_requests_waiting, llamacpp:requests_deferred).",
+            labels=by_backend(replicas),
         )
         if not with_samples:
             yield from (info, errors, running, waiting)
             return
-        info.add_metric([b.kind.value, b.version or "", b.kind_source], 1.0)
-        errors.add_metric([], float(b.scrape_errors))
+        loads = False
+        for r in replicas:
+            b = r.watch
+            info.add_metric([b.kind.value, b.version or "", b.kind_source, *label(r)], 1.0)
+            errors.add_metric(label(r), float(b.scrape_errors))
+            load = b.fresh_load()
+            if load is not None:
+                running.add_metric(label(r), load.running)
+                waiting.add_metric(label(r), load.waiting)
+                loads = True
         yield from (info, errors)
-        load = b.fresh_load()
-        if load is not None:
-            running.add_metric([], load.running)
-            waiting.add_metric([], load.waiting)
+        if loads:
             yield from (running, waiting)

@@ -7,7 +7,7 @@ the scheduler's state are read at scrape time, so they can never drift.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -16,11 +16,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from saber.config import TaskType
 from saber.gateway.observe.collectors import (
     BackendCollector,
-    BackendView,
     LearningCollector,
+    Replicas,
     SchedulerCollector,
 )
-from saber.scheduler import Action, Decision, Outcome, Scheduler, Tier
+from saber.scheduler import Action, Decision, Outcome, Pool, Tier
 
 
 class GateView(Protocol):
@@ -88,7 +88,8 @@ class TaskSeries:
 class GatewayMetrics:
     """Every metric the gateway exports; ``registry`` is what /metrics serves."""
 
-    def __init__(self, tasks: Mapping[str, TaskType]) -> None:
+    def __init__(self, tasks: Mapping[str, TaskType], backends: Sequence[str] = ()) -> None:
+        """``backends``: their names; of several, series about one carry its name."""
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -190,9 +191,16 @@ class GatewayMetrics:
             "result",
             ("applied", "refused"),
         )
-        self.backend_errors = _counter_of(
-            r, "saber_backend_errors", "Backend failures by kind.", "kind", BACKEND_ERROR_KINDS
+        self._several = len(backends) > 1
+        self.backend_errors = Counter(
+            "saber_backend_errors",
+            "Backend failures by kind (and backend, of several).",
+            ["kind", "backend"] if self._several else ["kind"],
+            registry=r,
         )
+        for kind in BACKEND_ERROR_KINDS:
+            for name in backends if self._several else [None]:
+                self._backend_errors(kind, name)
         self.speed_ratio = Histogram(
             "saber_speed_observed_over_predicted",
             "Per finished request: the speed it got over the speed f(L) (calibrated) "
@@ -299,10 +307,11 @@ class GatewayMetrics:
         )
         waiting.set_function(lambda: gate.waiting)
 
-    def watch(self, scheduler: Callable[[], Scheduler | None]) -> None:
-        """Export the scheduler's live state (queues, load, predicted speed), for every
-        task type with series (``add_task``, also on a reload)."""
-        self.registry.register(SchedulerCollector(scheduler, self._tasks))
+    def watch(self, pool: Callable[[], Pool | None], replicas: Replicas) -> None:
+        """Export admission's live state (queues, load, each backend's predicted speed
+        and whether it serves), for every task type with series (``add_task``, also on
+        a reload)."""
+        self.registry.register(SchedulerCollector(pool, replicas, self._tasks))
 
     def watch_connections(self, count: Callable[[], int]) -> None:
         """Export the number of open client connections (``connections``)."""
@@ -317,9 +326,18 @@ class GatewayMetrics:
         """Export what the closed loop has learned (calibration, lengths, the profile)."""
         self.registry.register(collector)
 
-    def watch_backend(self, backend: BackendView) -> None:
-        """Export what the gateway knows of its backend (engine, its own load)."""
-        self.registry.register(BackendCollector(backend))
+    def watch_backends(self, replicas: Replicas) -> None:
+        """Export what the gateway knows of each backend (engine, its own load)."""
+        self.registry.register(BackendCollector(replicas))
+
+    def backend_error(self, kind: str, backend: str | None) -> None:
+        """A backend failed a request (``BackendFailure.kind``)."""
+        self._backend_errors(kind, backend).inc()
+
+    def _backend_errors(self, kind: str, backend: str | None) -> Counter:
+        if self._several:
+            return self.backend_errors.labels(kind, backend or "")
+        return self.backend_errors.labels(kind)
 
 
 _Metric = TypeVar("_Metric", Counter, Histogram)

@@ -138,14 +138,18 @@ async def health(request: Request) -> Response:
     """200 when the backend answers its /health, 503 when it does not or answers 5xx,
     or while the gateway drains; the gateway is up either way."""
     gw = gateway_of(request)
-    status, backend = await _readiness(gw)
-    body = {
+    status, url, backend = await _readiness(gw)
+    body: dict[str, Any] = {
         "status": status,
         "gateway": "draining" if gw.drain.draining else "ok",
-        "backend": {"url": gw.config.backend.url, **backend},
-        "in_flight": gw.scheduler.load,
-        "queued": gw.scheduler.queued(),
+        "backend": {"url": url, **backend},
+        "in_flight": gw.pool.load,
+        "queued": gw.pool.queued(),
     }
+    if gw.replicas.several:
+        body["backends"] = [
+            {"name": r.name, "url": r.settings.url, "ejected": r.ejected} for r in gw.replicas
+        ]
     return JSONResponse(body, status_code=200 if status == "ok" else 503)
 
 
@@ -159,25 +163,30 @@ async def live(request: Request) -> Response:
 async def ready(request: Request) -> Response:
     """200 when the gateway takes requests: not draining, and the backend answers its
     /health below 500 (no key needed, so it says no more than that)."""
-    status, _ = await _readiness(gateway_of(request))
+    status, _, _ = await _readiness(gateway_of(request))
     return JSONResponse({"status": status}, status_code=200 if status == "ok" else 503)
 
 
-async def _readiness(gw: Gateway) -> tuple[str, dict[str, Any]]:
-    """``ok``, ``draining``, ``backend_unhealthy`` or ``backend_unreachable``, and what
-    the backend's /health said."""
+async def _readiness(gw: Gateway) -> tuple[str, str, dict[str, Any]]:
+    """``ok``, ``draining``, ``backend_unhealthy`` or ``backend_unreachable``, the URL of
+    the backend asked, and what its /health said. Of several backends, each not ejected
+    is asked in turn until one answers below 500: one serving is enough."""
     if gw.drain.draining:
-        return "draining", {}
-    backend: dict[str, Any]
-    try:
-        code, _ = await gw.upstream.get_json("/health", timeout=1.0)
-        backend = {"reachable": True, "status_code": code}
-    except BackendFailure as failure:
-        backend = {"reachable": False, "error": failure.message}
-    # A backend that answers 5xx is up but not serving (llama.cpp: still loading).
-    if not backend["reachable"]:
-        return "backend_unreachable", backend
-    return ("ok" if backend["status_code"] < 500 else "backend_unhealthy"), backend
+        return "draining", gw.replicas.serving().settings.url, {}
+    asked = [r for r in gw.replicas if not r.ejected] or list(gw.replicas)
+    for replica in asked:
+        url = replica.settings.url
+        backend: dict[str, Any]
+        try:
+            code, _ = await replica.upstream.get_json("/health", timeout=1.0)
+            backend = {"reachable": True, "status_code": code}
+        except BackendFailure as failure:
+            backend = {"reachable": False, "error": failure.message}
+        # A backend that answers 5xx is up but not serving (llama.cpp: still loading).
+        if backend["reachable"] and backend["status_code"] < 500:
+            return "ok", url, backend
+    status = "backend_unhealthy" if backend["reachable"] else "backend_unreachable"
+    return status, url, backend
 
 
 @router.get("/metrics")

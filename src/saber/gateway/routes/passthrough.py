@@ -34,6 +34,7 @@ from saber.gateway.errors import GatewayError, invalid, quote
 from saber.gateway.routes.models import answer_with_models, model_card
 from saber.gateway.upstream.client import (
     BackendFailure,
+    Upstream,
     classify,
     downstream_headers,
     upstream_headers,
@@ -85,12 +86,13 @@ async def relay_other(gw: Gateway, request: Request, path: str) -> Response:
             refusal = GatewayError(failure.outcome, failure.message)
             status = refusal.status
             return refusal.response()
+        replica = gw.replicas.serving()
         try:
-            response = await _send(gw, request, path, body)
+            response = await _send(replica.upstream, request, path, body)
         except BackendFailure as failure:
             refusal = GatewayError(failure.outcome, failure.message)
             status = refusal.status
-            gw.metrics.backend_errors.labels(failure.kind).inc()
+            gw.metrics.backend_error(failure.kind, replica.name)
             return refusal.response()
         finally:
             gw.passthrough.leave()
@@ -100,10 +102,9 @@ async def relay_other(gw: Gateway, request: Request, path: str) -> Response:
         gw.metrics.on_passthrough(path, status, time.perf_counter() - started)
 
 
-async def _send(gw: Gateway, request: Request, path: str, body: bytes) -> Response:
+async def _send(upstream: Upstream, request: Request, path: str, body: bytes) -> Response:
     """The backend's whole answer (a dropped kept-alive connection is tried again, as
     for completions); BackendFailure if none comes."""
-    upstream = gw.upstream
     query = request.url.query
     outgoing = httpx.Request(
         request.method,

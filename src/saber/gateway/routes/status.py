@@ -1,4 +1,7 @@
-"""GET /saber/status: what the scheduler sees right now, as JSON."""
+"""GET /saber/status: what the scheduler sees right now, as JSON.
+
+The top level is the first backend's (the only one of a single-backend config);
+``backends`` lists every backend of the pool."""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ import time
 from typing import Any
 
 from saber.gateway.assembly import Gateway
+from saber.gateway.replicas import Replica
+from saber.gateway.upstream.watch import BackendWatch
 
 
 def status(gw: Gateway) -> dict[str, Any]:
@@ -23,7 +28,7 @@ def status(gw: Gateway) -> dict[str, Any]:
             "transport": gw.config.backend.transport,
             "requests_active": gw.admission.active,
         },
-        "backend": _backend(gw, snap["load"]),
+        "backend": _backend(gw.backend, snap["load"]),
         # Sequences: each running request counts n (or best_of) x its prompts.
         "load": snap["load"],
         "running_requests": len(gw.scheduler.running()),
@@ -58,14 +63,45 @@ def status(gw: Gateway) -> dict[str, Any]:
             for name, t in gw.tasks.items()
         },
         "recent_decisions": snap["recent_decisions"],
+        "backends": [_replica(gw, r) for r in gw.replicas],
+        "cluster": gw.config.cluster.model_dump(),
     }
 
 
-def _backend(gw: Gateway, in_flight: int) -> dict[str, Any]:
+def _replica(gw: Gateway, r: Replica) -> dict[str, Any]:
+    """One backend of the pool: its health, load, speed model and what it learned."""
+    sched = r.scheduler
+    seen, counted = sched.elsewhere
+    load = sched.load
+    return {
+        "name": r.name,
+        "url": r.settings.url,
+        "ejected": r.ejected,
+        "breaker": {
+            "state": r.breaker.state.value,
+            "failures_in_a_row": r.breaker.failures,
+            "ejections": r.breaker.ejections,
+        },
+        "stale_metrics": r.stale,
+        "load": load,
+        "queued": sched.queued(),
+        "elsewhere": {"seen": seen, "with_headroom": counted},
+        "predicted_speed_tokens_per_s": {
+            "at_load": sched.predicted_speed(load),
+            "at_load_plus_1": sched.predicted_speed(load + 1),
+            "max": sched.max_speed,
+        },
+        "calibration": round(sched.calibration, 4),
+        "profile": str(r.profile.profile_path),
+        "learning": None if r.learning is None else r.learning.summary(),
+        "engine": _backend(r.watch, load),
+    }
+
+
+def _backend(b: BackendWatch, in_flight: int) -> dict[str, Any]:
     """The engine, and its own count of running requests next to the gateway's load
     (both count sequences): running above ``gateway_in_flight`` is traffic that
     bypasses the gateway."""
-    b = gw.backend
     age = b.scraped_age_s()
     return {
         "url": b.url,

@@ -17,13 +17,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
 import httpx
 
 from saber import wire
-from saber.backend import BackendError, BackendInfo, BackendKind, BackendLoad, fetch_load
+from saber.backend import (
+    BackendError,
+    BackendInfo,
+    BackendKind,
+    BackendLoad,
+    fetch_load,
+    refused,
+)
 from saber.backend import describe as describe_backend
 from saber.config import BackendSettings
 from saber.gateway.observe.logs import GATEWAY_LOGGER
@@ -65,8 +72,12 @@ def control_client(
 class BackendWatch:
     """The backend's identity and load, kept up to date by background tasks."""
 
-    def __init__(self, settings: BackendSettings) -> None:
+    def __init__(
+        self, settings: BackendSettings, on_scrape: Callable[[], None] | None = None
+    ) -> None:
         self.url = settings.url
+        self.on_scrape = on_scrape  # after each read of /metrics, good or not
+        self.refused = False  # the last read found nothing listening: the backend is down
         configured = None if settings.kind == "auto" else BackendKind(settings.kind)
         self.configured_kind = configured
         self.kind: BackendKind = configured or BackendKind.VLLM
@@ -171,6 +182,13 @@ class BackendWatch:
         while True:
             started = time.monotonic()
             await self.scrape()
+            if self.on_scrape is not None:
+                try:
+                    self.on_scrape()
+                except Exception:  # the watch must not stop
+                    log.exception(
+                        "acting on the backend's load failed", extra={"backend": self.url}
+                    )
             await asyncio.sleep(max(self.interval - (time.monotonic() - started), 0.0))
 
     async def scrape(self) -> bool:
@@ -186,6 +204,7 @@ class BackendWatch:
             else:
                 reason = str(exc) or type(exc).__name__
             self.scrape_errors += 1
+            self.refused = refused(exc) or isinstance(exc.__cause__, httpx.ConnectError)
             if self.last_error is None:
                 log.warning(
                     "cannot read the backend's load", extra={"backend": self.url, "error": reason}
@@ -195,6 +214,7 @@ class BackendWatch:
         if self.last_error is not None:
             log.info("reading the backend's load again", extra={"backend": self.url})
         self.last_error = None
+        self.refused = False
         self.load = load
         self.scraped_at = time.monotonic()
         return True

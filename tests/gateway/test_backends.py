@@ -1,0 +1,204 @@
+"""One gateway, several backends (real saber-sim servers): requests placed where they
+are most likely to meet their deadline, each backend's health and load its own, a dead
+backend ejected and taken back, and what other gateways run counted."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from gateway_support import SIM_TIME_SCALE, GatewayFactory
+
+from harness import free_port, metric_value, wait_for
+from saber.gateway import RunningGateway
+from saber.sim.http import RunningSim, serve_in_thread
+
+SHORT = {"prompt": "def f():", "max_tokens": 24, "ignore_eos": True}
+
+
+@pytest.fixture
+def sims() -> Iterator[list[RunningSim]]:
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(serve_in_thread(time_scale=SIM_TIME_SCALE, max_num_seqs=512))
+            for _ in range(2)
+        ]
+
+
+def backends(**urls: str) -> list[dict[str, str]]:
+    return [{"name": name, "url": url} for name, url in urls.items()]
+
+
+def served(sim_url: str) -> float:
+    return metric_value(httpx.get(sim_url + "/metrics").text, "vllm:request_success_total")
+
+
+def metrics(gw: RunningGateway) -> str:
+    return httpx.get(gw.url + "/metrics").text
+
+
+def complete(gw: RunningGateway, model: str) -> httpx.Response:
+    return httpx.post(gw.url + "/v1/completions", json={"model": model, **SHORT}, timeout=30)
+
+
+def test_requests_spread_over_the_backends_and_each_is_told_apart(
+    gateway_factory: GatewayFactory, sims: list[RunningSim]
+) -> None:
+    a, b = sims
+    gw = gateway_factory(a.url, backends=backends(left=a.url, right=b.url))
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda _: complete(gw, a.model), range(48)))
+    assert [r.status_code for r in answers] == [200] * 48
+    # Both engines served: a loaded backend is slower at L + 1 than an idle twin.
+    left, right = served(a.url), served(b.url)
+    assert left + right == 48 and min(left, right) >= 8, (left, right)
+    text = metrics(gw)
+    for name in ("left", "right"):
+        assert metric_value(text, "saber_backend_up", backend=name) == 1
+        assert metric_value(text, "saber_backend_in_flight", backend=name) == 0
+        info = metric_value(text, "saber_backend_info", backend=name, kind="sim")
+        assert info == 1
+    status = httpx.get(gw.url + "/saber/status").json()
+    assert [x["name"] for x in status["backends"]] == ["left", "right"]
+    assert all(not x["ejected"] and x["load"] == 0 for x in status["backends"])
+    health = httpx.get(gw.url + "/health").json()
+    assert health["status"] == "ok" and len(health["backends"]) == 2
+
+
+def test_a_dead_backend_is_ejected_then_taken_back_when_it_answers(
+    gateway_factory: GatewayFactory, sims: list[RunningSim]
+) -> None:
+    live = sims[0]
+    port = free_port()
+    dead = f"http://127.0.0.1:{port}"
+    gw = gateway_factory(
+        live.url,
+        backends=backends(dead=dead, live=live.url),
+        **{"backend.kind": "sim", "backend.eject_after": 2, "backend.eject_s": 0.3},
+    )
+    # Both idle and alike: the first in the list is preferred, so the dead one is tried
+    # until it is ejected: after two requests refused, or sooner when reads of its
+    # /metrics found nothing listening first.
+    answers = [complete(gw, live.model) for _ in range(6)]
+    codes = [r.status_code for r in answers]
+    failed = codes.count(503)
+    assert failed <= 2 and codes == [503] * failed + [200] * (6 - failed), codes
+    assert all(int(r.headers["retry-after"]) >= 1 for r in answers[:failed])
+    assert all(r.json()["error"]["type"] for r in answers[:failed])
+    text = metrics(gw)
+    assert metric_value(text, "saber_backend_up", backend="dead") == 0
+    assert metric_value(text, "saber_backend_ejections_total", backend="dead") == 1
+    errors = metric_value(text, "saber_backend_errors_total", backend="dead", kind="connect")
+    assert errors == failed
+    assert httpx.get(gw.url + "/health").json()["status"] == "ok"  # the live one serves
+    # The dead backend comes up on its port: a probe of its /health takes it back.
+    with serve_in_thread(time_scale=SIM_TIME_SCALE, port=port) as revived:
+        wait_for(
+            lambda: metric_value(metrics(gw), "saber_backend_up", backend="dead"),
+            lambda up: up == 1,
+            timeout=15,
+            describe="the revived backend taken back",
+        )
+        assert complete(gw, live.model).status_code == 200
+        assert served(revived.url) == 1
+
+
+def test_a_backend_with_nothing_listening_is_ejected_without_traffic(
+    gateway_factory: GatewayFactory, sims: list[RunningSim]
+) -> None:
+    live = sims[0]
+    dead = f"http://127.0.0.1:{free_port()}"
+    gw = gateway_factory(
+        live.url,
+        backends=backends(dead=dead, live=live.url),
+        **{"backend.kind": "sim", "backend.eject_after": 2, "backend.metrics_interval_s": 0.1},
+    )
+    wait_for(
+        lambda: metric_value(metrics(gw), "saber_backend_up", backend="dead"),
+        lambda up: up == 0,
+        timeout=10,
+        describe="the dead backend ejected from its /metrics reads alone",
+    )
+    assert metric_value(metrics(gw), "saber_backend_up", backend="live") == 1
+    assert [complete(gw, live.model).status_code for _ in range(3)] == [200] * 3
+
+
+def test_what_other_gateways_run_is_counted_after_a_scrape(
+    gateway_factory: GatewayFactory, sims: list[RunningSim]
+) -> None:
+    sim = sims[0]
+    gw = gateway_factory(
+        sim.url, **{"cluster.gateways": 2, "cluster.headroom": 3, "backend.metrics_interval_s": 0.1}
+    )
+    long: dict[str, Any] = {"model": sim.model, "prompt": "x", "max_tokens": 20_000}
+    with httpx.Client(timeout=10) as client, contextlib.ExitStack() as stack:
+        for _ in range(4):  # another gateway's requests, as the engine sees them
+            body = {**long, "ignore_eos": True, "stream": True}
+            resp = stack.enter_context(
+                client.stream("POST", sim.api_url + "/completions", json=body)
+            )
+            assert resp.status_code == 200
+
+        def elsewhere() -> dict[str, int]:
+            return httpx.get(gw.url + "/saber/status").json()["backends"][0]["elsewhere"]
+
+        seen = wait_for(elsewhere, lambda e: e["seen"] == 4, describe="the others' four seen")
+        assert seen["with_headroom"] == 4 + 3
+        # This gateway's own request is not counted as another's.
+        assert complete(gw, sim.model).status_code == 200
+    wait_for(elsewhere, lambda e: e["seen"] == 0, describe="the others' requests gone")
+
+
+class Unready(http.server.BaseHTTPRequestHandler):
+    """A backend that listens but answers nothing it is asked (a 503): its /metrics is
+    never read, yet nothing refuses a connection."""
+
+    def do_GET(self) -> None:
+        self.send_error(503)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def unready() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Unready)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_stale_metrics_closed_keep_requests_off_a_backend_never_read(
+    gateway_factory: GatewayFactory, sims: list[RunningSim], unready: str
+) -> None:
+    live = sims[0]
+    gw = gateway_factory(
+        live.url,
+        backends=backends(dead=unready, live=live.url),
+        **{
+            "backend.kind": "sim",
+            "backend.metrics_interval_s": 0.1,
+            "cluster.stale": "closed",
+        },
+    )
+    wait_for(
+        lambda: metric_value(metrics(gw), "saber_backend_up", backend="dead"),
+        lambda up: up == 0,
+        describe="the backend whose /metrics never answered ejected",
+    )
+    # The first in the list, idle, yet nothing goes there: every request is served.
+    assert [complete(gw, live.model).status_code for _ in range(4)] == [200] * 4
+    assert metric_value(metrics(gw), "saber_backend_errors_total", backend="dead") == 0
+    status = httpx.get(gw.url + "/saber/status").json()["backends"][0]
+    assert status["stale_metrics"] and status["ejected"]
+    assert status["breaker"]["state"] == "closed"  # out for its metrics, not its failures
