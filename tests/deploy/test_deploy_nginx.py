@@ -25,6 +25,10 @@ MODEL = "coder"
 KEYS = [f"team-{i}" for i in range(16)]
 REQUESTS = 160
 CLIENTS = 8
+TOKENS = 512
+"""Long enough that some replica runs requests at any moment of the load (about 0.2 s
+each at the sims' time scale, more than a client's own overhead per request): with 32
+tokens, a fresh clone's CI run polled the sims for 30 s and never caught one running."""
 SIM_ARGS = ["--time-scale", "20", "--max-num-seqs", "64", "--served-model-name", MODEL]
 
 
@@ -158,7 +162,7 @@ def ask(url: str, key: str) -> Answer:
         client.completions.create(
             model=MODEL,
             prompt="def add(a, b):",
-            max_tokens=32,
+            max_tokens=TOKENS,
             extra_body={"ignore_eos": True},
             extra_headers={"X-Saber-Task": "code_generation"},
         )
