@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 from gateway_support import SIM_TIME_SCALE, GatewayFactory
+from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
 from harness import free_port, metric_value, wait_for
 from saber.gateway import RunningGateway
@@ -69,6 +71,49 @@ def test_requests_spread_over_the_backends_and_each_is_told_apart(
     assert all(not x["ejected"] and x["load"] == 0 for x in status["backends"])
     health = httpx.get(gw.url + "/health").json()
     assert health["status"] == "ok" and len(health["backends"]) == 2
+    assert "saber_affinity" not in families(text)  # affinity is off
+
+
+def families(text: str) -> set[str]:
+    return {family.name for family in text_string_to_metric_families(text)}
+
+
+def test_a_sessions_requests_stay_on_its_backend_with_affinity(
+    gateway_factory: GatewayFactory, sims: list[RunningSim]
+) -> None:
+    a, b = sims
+    gw = gateway_factory(
+        a.url, backends=backends(left=a.url, right=b.url), **{"cluster.affinity_margin": 0.05}
+    )
+    client = OpenAI(base_url=gw.url + "/v1", api_key="sk-team", max_retries=0)
+    homes = []
+    for session in range(6):
+        before = served(a.url), served(b.url)
+        for _ in range(4):
+            client.completions.create(
+                model=a.model,
+                prompt="def f():",
+                max_tokens=24,
+                extra_body={"ignore_eos": True},
+                extra_headers={"x-session-id": f"editor-{session}"},
+            )
+        after = wait_for(
+            lambda: (served(a.url), served(b.url)),
+            lambda now, before=before: sum(now) == sum(before) + 4,
+            describe="the session's four answers counted",
+        )
+        delta = [after[0] - before[0], after[1] - before[1]]
+        assert sorted(delta) == [0, 4], (session, delta)  # all four on one backend
+        homes.append(delta.index(4))
+    # Each session whole on one backend, the sessions over both (without affinity,
+    # placement alone splits a session's four requests between the twins).
+    assert set(homes) == {0, 1}, homes
+    # No key, no session header: no affinity, and nothing counted.
+    assert complete(gw, a.model).status_code == 200
+    text = metrics(gw)
+    assert "saber_affinity" in families(text)
+    assert metric_value(text, "saber_affinity_total", result="kept") == 24
+    assert metric_value(text, "saber_affinity_total", result="broken") == 0
 
 
 def test_a_dead_backend_is_ejected_then_taken_back_when_it_answers(

@@ -59,6 +59,11 @@ backends:
         ("cluster: {gateways: 0}", "cluster.gateways"),
         ("cluster: {stale: maybe}", "cluster.stale"),
         ("backend: {eject_after: 0}", "backend.eject_after"),
+        ("cluster: {affinity_margin: 1.5}", "cluster.affinity_margin"),
+        ("cluster: {affinity_margin: -0.05}", "cluster.affinity_margin"),
+        ("cluster: {affinity_margin: often}", "cluster.affinity_margin"),
+        ("cluster: {affinity_header: 'x session'}", "cluster.affinity_header"),
+        ("cluster: {affinity_header: ''}", "cluster.affinity_header"),
     ],
 )
 def test_bad_backends_are_named(tmp_path: Path, text: str, problem: str) -> None:
@@ -76,6 +81,21 @@ def test_backends_from_the_environment_as_yaml() -> None:
     assert [b.name for b in cfg.backend_list()] == ["a", "b"]
     assert cfg.cluster.gateways == 2 and cfg.cluster.stale == "closed"
     assert cfg.cluster.headroom is None
+
+
+def test_affinity_is_off_by_default_and_set_by_file_or_environment(tmp_path: Path) -> None:
+    cfg = load_gateway_config(env={})
+    assert cfg.cluster.affinity_margin is None
+    assert cfg.cluster.affinity_header == "x-session-id"
+    text = "cluster: {affinity_margin: 0.05, affinity_header: X-Editor-Session}\n"
+    cfg = load_gateway_config(write(tmp_path, text), env={})
+    assert cfg.cluster.affinity_margin == 0.05
+    assert cfg.cluster.affinity_header == "X-Editor-Session"
+    env = {"SABER_CLUSTER_AFFINITY_MARGIN": "0", "SABER_CLUSTER_AFFINITY_HEADER": "x-s"}
+    cfg = load_gateway_config(write(tmp_path, text), env=env)
+    assert (cfg.cluster.affinity_margin, cfg.cluster.affinity_header) == (0.0, "x-s")
+    off = {"SABER_CLUSTER_AFFINITY_MARGIN": "none"}
+    assert load_gateway_config(write(tmp_path, text), env=off).cluster.affinity_margin is None
 
 
 def test_replicas_of_one_profile_share_it_and_each_may_have_its_own(
@@ -118,3 +138,8 @@ backends:
     out = capsys.readouterr().out
     assert "settings OK; 2 backends: vllm-0=http://vllm-0.vllm:8000" in out
     assert "vllm-1=http://vllm-1.vllm:8000" in out and "2 gateway(s)" in out
+    assert "affinity" not in out
+    with_affinity = text.replace("{gateways: 2}", "{gateways: 2, affinity_margin: 0.05}")
+    assert main(["--config", str(write(tmp_path, with_affinity)), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "affinity within 0.05 of the best, sessions by x-session-id" in out

@@ -137,7 +137,8 @@ class Backend(BaseModel):
 
 
 class ClusterSettings(BaseModel):
-    """Several gateways in front of the same backends, sharing no store (docs/deploy.md)."""
+    """Several gateways in front of the same backends, sharing no store (docs/deploy.md),
+    and how one gateway keeps a session on one of several backends."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -159,6 +160,20 @@ class ClusterSettings(BaseModel):
         description="a backend whose /metrics has not been read for 3 intervals (at least "
         "5 s): open, count only this gateway's own requests there (and the headroom); "
         "closed, place nothing new there until it is read again",
+    )
+    affinity_margin: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="of several backends, a session's requests (API key + affinity_header) "
+        "stay on one backend, where its prefix cache pays off, while their chance of "
+        "meeting the SLA there is within this much (a chance, 0..1) of the best backend's; "
+        "0.05 gives up at most 1 in 20 of a request's chance for a warm cache. null: off",
+    )
+    affinity_header: str = Field(
+        default="x-session-id",
+        pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$",
+        description="the header that names an editor session, for affinity_margin",
     )
 
 

@@ -77,7 +77,9 @@ class Gateway:
             )
             scheduler.set_arrival_share(1.0 / cfg.cluster.gateways)
             replicas.append(Replica(i, bp, scheduler))
-        self.pool = Pool([r.scheduler for r in replicas])
+        self.pool = Pool(
+            [r.scheduler for r in replicas], affinity_margin=cfg.cluster.affinity_margin
+        )
         self.replicas = Replicas(
             replicas,
             self.pool,

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from saber._serving import bind
-from saber.config import DEFAULT_GATEWAY_CONFIG, ConfigError
+from saber.config import DEFAULT_GATEWAY_CONFIG, ClusterSettings, ConfigError
 from saber.gateway.control.settings import load_settings
 from saber.gateway.observe import logs as access_log
 from saber.gateway.server import serve
@@ -81,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for b in backends
             )
             + f"; {cfg.cluster.gateways} gateway(s)"
+            + _affinity(cfg.cluster)
         )
         print(
             f"saber-gateway: settings OK; {where}; listen {cfg.host}:{cfg.port}; "
@@ -103,6 +104,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve(settings, sock)
     return 0
+
+
+def _affinity(cluster: ClusterSettings) -> str:
+    """What --check says of session affinity (nothing while it is off)."""
+    margin = cluster.affinity_margin
+    if margin is None:
+        return ""
+    return f"; affinity within {margin} of the best, sessions by {cluster.affinity_header}"
 
 
 if __name__ == "__main__":  # pragma: no cover

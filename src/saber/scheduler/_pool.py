@@ -16,12 +16,18 @@ is paused, so that nothing is placed or admitted there and what waits there move
 as long as another backend serves; when none does, the pool serves as if all were up
 (a request tries, and fails cleanly, rather than waiting for nothing).
 
+``affinity_margin`` keeps a session on one backend (its prefix cache pays off): a
+request with an ``affinity`` key goes to the key's backend, picked by rendezvous hashing
+over the backends in service, as long as its value there is within the margin of the
+best; never at a missed deadline, so moving what waits (rebalancing) ignores it.
+
 ``place`` names the baselines' placement instead (round-robin, least loaded): they
 place once and never move a request, as a router in front of per-backend admission.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,11 +58,22 @@ class Placed:
 class Pool:
     """SABER's admission over several backends, driven like one ``Scheduler``."""
 
-    def __init__(self, backends: Sequence[Scheduler], *, place: Placement = "chance") -> None:
+    def __init__(
+        self,
+        backends: Sequence[Scheduler],
+        *,
+        place: Placement = "chance",
+        affinity_margin: float | None = None,
+    ) -> None:
+        """``affinity_margin``: how much of a request's value (a chance, 0..1) placing it
+        on its session's backend may give up against the best backend; None: no
+        affinity (every decision as without it)."""
         if not backends:
             raise ValueError("a pool needs at least one backend")
         if place not in PLACEMENTS:
             raise ValueError(f"unknown placement {place!r}; known: {', '.join(PLACEMENTS)}")
+        if affinity_margin is not None and not 0.0 <= affinity_margin <= 1.0:
+            raise ValueError(f"an affinity margin must be within 0..1, not {affinity_margin}")
         lengths = backends[0].lengths
         if any(b.lengths is not lengths for b in backends):
             raise ValueError("the backends of a pool must share one TaskLengths")
@@ -66,6 +83,8 @@ class Pool:
         self._where: dict[str, int] = {}  # request id -> its backend, until it leaves
         self._cursor = 0
         self._down = [False] * len(self.backends)
+        self.affinity_margin = affinity_margin
+        self.affinity = Affinity()
 
     @classmethod
     def build(
@@ -79,6 +98,7 @@ class Pool:
         seed: int = 0,
         place: Placement = "chance",
         arrival_share: float = 1.0,
+        affinity_margin: float | None = None,
     ) -> Pool:
         """One scheduler per backend's f(L) (and TTFT fit, and spread), sharing lengths;
         ``arrival_share``: of the requests that arrive for the pool, those this gateway
@@ -103,7 +123,7 @@ class Pool:
         ]
         for backend in backends:
             backend.set_arrival_share(arrival_share)
-        return cls(backends, place=place)
+        return cls(backends, place=place, affinity_margin=affinity_margin)
 
     # -- events ----------------------------------------------------------
 
@@ -209,16 +229,42 @@ class Pool:
             return min(live, key=lambda i: (backends[i].load + backends[i].queued(), i))
         # Where it would be admitted now, if anywhere; among those, where it is worth most.
         ready = [i for i in live if backends[i].admissible(req, now)]
-        return max(ready or live, key=lambda i: self._score(i, req, now))
+        if self.affinity_margin is None or req.affinity is None:
+            return max(ready or live, key=lambda i: self._score(i, req, now))
+        return self._affine_home(req, ready or live, live, self.affinity_margin, now)
 
-    def _score(self, i: int, req: SchedRequest, now: float) -> tuple[int, float, float, int]:
+    def _affine_home(
+        self,
+        req: SchedRequest,
+        candidates: list[int],
+        live: list[int],
+        margin: float,
+        now: float,
+    ) -> int:
+        """The session's backend (rendezvous over those in service) if it is among the
+        ``candidates`` and worth at least the best one's value less ``margin``; else
+        the best, as without affinity."""
+        assert req.affinity is not None
+        values = {i: self.backends[i].placement_value(req, now) for i in candidates}
+        best = max(candidates, key=lambda i: self._score(i, req, now, values[i]))
+        affine = rendezvous(req.affinity, live)
+        if affine in values and values[affine] >= max(values.values()) - margin:
+            self.affinity.kept += 1
+            return affine
+        self.affinity.broken += 1
+        return best
+
+    def _score(
+        self, i: int, req: SchedRequest, now: float, value: float | None = None
+    ) -> tuple[int, float, float, int]:
         """What placing it at backend ``i`` is worth (its chance there less what it
-        costs the requests there and to come), in steps of TIE; then the share of its
-        own solo speed f(1) the backend would keep; then the faster; then the lower
-        index."""
+        costs the requests there and to come; ``value`` if already known), in steps of
+        TIE; then the share of its own solo speed f(1) the backend would keep; then the
+        faster; then the lower index."""
         backend = self.backends[i]
         speed = backend.predicted_speed(backend.load + req.seqs)
-        value = backend.placement_value(req, now)
+        if value is None:
+            value = backend.placement_value(req, now)
         return (math.floor(value / TIE + 1e-9), speed / backend.max_speed, speed, -i)
 
     def _rebalance(self, now: float) -> list[Placed]:
@@ -276,6 +322,29 @@ class Pool:
             if d.action is Action.REJECT:
                 self._where.pop(d.request.id, None)
         return [Placed(d, backend) for d in decisions]
+
+
+@dataclass(slots=True)
+class Affinity:
+    """How often a session's request was placed on its own backend (kept), or went
+    elsewhere because another was worth more than the margin (broken)."""
+
+    kept: int = 0
+    broken: int = 0
+
+
+def rendezvous(key: str, backends: Sequence[int]) -> int:
+    """The backend of ``backends`` (indices) with the highest weight for ``key``
+    (rendezvous hashing): the same for the same key and backends, and when a backend
+    leaves, only its own keys move. A stable hash, not Python's salted ``hash``."""
+    if not backends:
+        raise ValueError("rendezvous over no backends")
+    return max(backends, key=lambda i: (_weight(key, i), -i))
+
+
+def _weight(key: str, backend: int) -> int:
+    digest = hashlib.blake2b(f"{backend}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
 
 
 def derived_headroom(gateways: int, admitted: float) -> int:

@@ -66,6 +66,9 @@ class SchedRequest:
     generated: int | None = None
     first_token_at: float | None = None  # when a report first counted a token
     outcome: Outcome | None = field(default=None)
+    # A stable key of the client's session (a digest, never a secret): a pool with
+    # affinity keeps its requests on one backend while that costs little (``Pool``).
+    affinity: str | None = None
 
     @property
     def kind(self) -> Kind:
@@ -105,6 +108,7 @@ def request_for(
     tokens: int | None = None,
     lengths: TaskLengths | None = None,
     seqs: int = 1,
+    affinity: str | None = None,
 ) -> SchedRequest:
     """The one way a request becomes scheduler input, in the gateway and the simulator
     alike; they pass the scheduler's ``lengths``, which it learns.
@@ -115,8 +119,8 @@ def request_for(
     expected length of the task's answers (``lengths``, else the configured one),
     bounded by the client's ``max_tokens`` and raised to its ``min_tokens`` (vLLM
     generates at least that many). ``seqs`` is how many sequences it runs (n times
-    the prompts of a list). Values no engine could serve raise ValueError before
-    anything is built.
+    the prompts of a list); ``affinity`` is its session's key, if any. Values no
+    engine could serve raise ValueError before anything is built.
     """
     if not math.isfinite(arrival):
         raise ValueError(f"arrival must be a finite time, got {arrival!r}")
@@ -139,6 +143,7 @@ def request_for(
         exact=exact,
         seqs=seqs,
         sla_kind=task.sla_kind,
+        affinity=affinity,
     )
 
 

@@ -42,11 +42,12 @@ def scheduler_request(
     id: str,
     arrival: float,
     lengths: TaskLengths,
+    affinity: str | None = None,
 ) -> SchedRequest:
     """The request as the scheduler sees it: its sequences, each bounded by the client's
     ``max_tokens`` (lowered to ``cap``, the task honesty cap) and raised to its
-    ``min_tokens``; exactly its cap when its length is forced. ValueError for a token
-    count no engine serves."""
+    ``min_tokens``; exactly its cap when its length is forced; its session's key
+    (``affinity``), if any. ValueError for a token count no engine serves."""
     max_tokens = payload.max_tokens
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(cap, max_tokens)
@@ -61,4 +62,5 @@ def scheduler_request(
         min_tokens=max_tokens if exact and max_tokens is not None else min_tokens,
         tokens=max_tokens if exact else None,
         seqs=payload.seqs.total,
+        affinity=affinity,
     )

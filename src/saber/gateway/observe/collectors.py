@@ -116,6 +116,19 @@ class SchedulerCollector(Collector):
             "Times the backend was ejected after failing requests in a row.",
             labels=by_backend(replicas),
         )
+        affinity = CounterMetricFamily(
+            "saber_affinity",
+            "Requests of a session (API key + cluster.affinity_header) placed on their "
+            "session's backend (kept), or on another worth more than cluster.affinity_margin "
+            "(broken); only with affinity on and several backends.",
+            labels=["result"],
+        )
+        if s is None:
+            yield affinity
+        elif s.affinity_margin is not None and len(s.backends) > 1:
+            affinity.add_metric(["kept"], s.affinity.kept)
+            affinity.add_metric(["broken"], s.affinity.broken)
+            yield affinity
         if s is not None:
             for task in self._tasks:
                 for tier in Tier:

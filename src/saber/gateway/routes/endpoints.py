@@ -16,6 +16,7 @@ from saber.gateway.assembly import Gateway, bound_route, gateway_of
 from saber.gateway.control.drain import draining_error
 from saber.gateway.edge import forwarding, honesty
 from saber.gateway.edge import payload as payloads
+from saber.gateway.edge.affinity import session_key
 from saber.gateway.edge.payload import PATHS, Call
 from saber.gateway.edge.tasks import BACKEND_MODEL, Endpoint
 from saber.gateway.errors import GatewayError, internal, invalid
@@ -104,12 +105,20 @@ async def _accept(gw: Gateway, flow: Flow, request: Request) -> None:
             id=flow.id,
             arrival=flow.arrival,
             lengths=gw.scheduler.lengths,
+            affinity=_session(gw, flow, request),
         )
     except ValueError as exc:  # a token count no engine serves
         message = str(exc)
         field = message.split(" ", 1)[0]
         shown = message if len(message) <= 200 else message[:200] + "..."
         raise invalid(shown, param=field if field in payload.body else None) from None
+
+
+def _session(gw: Gateway, flow: Flow, request: Request) -> str | None:
+    """The request's session key, where the pool keeps sessions on their backends."""
+    if gw.pool.affinity_margin is None or not gw.replicas.several:
+        return None
+    return session_key(request.scope, flow.key, gw.config.cluster.affinity_header)
 
 
 def _answer(flow: Flow, err: GatewayError, fault: str | None = None) -> Response:

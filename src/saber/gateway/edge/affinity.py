@@ -1,0 +1,32 @@
+"""A request's session, for affinity over several backends (``cluster.affinity_margin``).
+
+A session is who calls (the API key's configured name; without configured keys, the
+bearer token itself) and which editor session (the ``cluster.affinity_header``). The
+scheduler gets a digest of the two, so that no secret is kept or logged; a request
+with neither has no session, and is placed on its merits alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from starlette.types import Scope
+
+from saber import wire
+from saber.gateway.edge.access import Key
+
+
+def session_key(scope: Scope, key: Key | None, header: str) -> str | None:
+    """The stable key of the request's session (a hex digest), or None without one."""
+    wanted = header.lower().encode("latin-1")
+    token = session = None
+    for name, value in scope["headers"]:
+        if name == b"authorization" and key is None:
+            token = wire.bearer_token(value.decode("latin-1")) or None
+        elif name == wanted:
+            session = value.decode("latin-1").strip() or None
+    who = f"key:{key.name}" if key is not None else f"token:{token}" if token else None
+    if who is None and session is None:
+        return None
+    raw = f"{who or ''}\x00{session or ''}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
