@@ -108,7 +108,9 @@ def test_a_sessions_requests_stay_on_its_backend_with_affinity(
     # Each session whole on one backend, the sessions over both (without affinity,
     # placement alone splits a session's four requests between the twins).
     assert set(homes) == {0, 1}, homes
-    # No key, no session header: no affinity, and nothing counted.
+    # No session header (a key alone names a team, not a session): no affinity, and
+    # nothing counted; with no key either, the same.
+    client.completions.create(model=a.model, prompt="def f():", max_tokens=8)
     assert complete(gw, a.model).status_code == 200
     text = metrics(gw)
     assert "saber_affinity" in families(text)

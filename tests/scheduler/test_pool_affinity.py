@@ -40,7 +40,8 @@ def admitted(placed: list[Placed]) -> dict[str, int]:
 
 def key_on(backend: int, of: list[int]) -> str:
     """A session key whose backend, among ``of``, is ``backend``."""
-    return next(k for i in range(1000) if rendezvous(k := f"s{i}", of) == backend)
+    names = [str(i) for i in of]
+    return next(k for i in range(1000) if of[rendezvous(k := f"s{i}", names)] == backend)
 
 
 def test_a_session_stays_on_its_backend_while_that_costs_less_than_the_margin() -> None:
@@ -110,7 +111,7 @@ def test_a_backend_down_moves_only_its_own_sessions_and_they_come_back() -> None
 
     before = homes()
     assert set(before.values()) == {0, 1, 2}  # the sessions spread over the backends
-    assert all(before[k] == rendezvous(k, [0, 1, 2]) for k in keys)
+    assert all(before[k] == rendezvous(k, ["0", "1", "2"]) for k in keys)
     p.set_down(1, True)
     during = homes()
     moved = {k for k in keys if during[k] != before[k]}
@@ -159,13 +160,20 @@ def test_without_a_margin_every_decision_is_as_before(place: str) -> None:
 
 def test_rendezvous_is_stable_and_a_margin_is_a_chance() -> None:
     # The same in every process (no salted hash): pinned, and spread over the backends.
-    homes = [rendezvous(f"k{i}", [0, 1, 2, 3]) for i in range(400)]
+    homes = [rendezvous(f"k{i}", ["0", "1", "2", "3"]) for i in range(400)]
     assert homes[:8] == PINNED
     assert all(80 <= homes.count(b) <= 120 for b in range(4)), [homes.count(b) for b in range(4)]
     # A backend gone moves only the keys that were on it.
     for i, home in enumerate(homes):
         if home != 3:
-            assert rendezvous(f"k{i}", [0, 1, 2]) == home
+            assert rendezvous(f"k{i}", ["0", "1", "2"]) == home
+    # Hashed by name, not position: the backends listed in another order keep each
+    # session on the same-named backend.
+    names = ["gpu-a", "gpu-b", "gpu-c"]
+    for i in range(100):
+        home = names[rendezvous(f"k{i}", names)]
+        flipped = names[::-1]
+        assert flipped[rendezvous(f"k{i}", flipped)] == home
     with pytest.raises(ValueError, match="affinity margin"):
         pool(2, 1.5)
     with pytest.raises(ValueError, match="affinity margin"):

@@ -78,7 +78,9 @@ class Gateway:
             scheduler.set_arrival_share(1.0 / cfg.cluster.gateways)
             replicas.append(Replica(i, bp, scheduler))
         self.pool = Pool(
-            [r.scheduler for r in replicas], affinity_margin=cfg.cluster.affinity_margin
+            [r.scheduler for r in replicas],
+            affinity_margin=cfg.cluster.affinity_margin,
+            names=[r.name for r in replicas],
         )
         self.replicas = Replicas(
             replicas,

@@ -64,10 +64,13 @@ class Pool:
         *,
         place: Placement = "chance",
         affinity_margin: float | None = None,
+        names: Sequence[str] | None = None,
     ) -> None:
         """``affinity_margin``: how much of a request's value (a chance, 0..1) placing it
         on its session's backend may give up against the best backend; None: no
-        affinity (every decision as without it)."""
+        affinity (every decision as without it). ``names``: each backend's, what a
+        session is hashed with, so that reordering the backends moves no session
+        (default: their positions)."""
         if not backends:
             raise ValueError("a pool needs at least one backend")
         if place not in PLACEMENTS:
@@ -83,6 +86,9 @@ class Pool:
         self._where: dict[str, int] = {}  # request id -> its backend, until it leaves
         self._cursor = 0
         self._down = [False] * len(self.backends)
+        self.names = [str(i) for i in range(len(self.backends))] if names is None else list(names)
+        if len(set(self.names)) != len(self.backends):
+            raise ValueError(f"need one distinct name per backend, got {self.names}")
         self.affinity_margin = affinity_margin
         self.affinity = Affinity()
 
@@ -247,7 +253,7 @@ class Pool:
         assert req.affinity is not None
         values = {i: self.backends[i].placement_value(req, now) for i in candidates}
         best = max(candidates, key=lambda i: self._score(i, req, now, values[i]))
-        affine = rendezvous(req.affinity, live)
+        affine = live[rendezvous(req.affinity, [self.names[i] for i in live])]
         if affine in values and values[affine] >= max(values.values()) - margin:
             self.affinity.kept += 1
             return affine
@@ -333,16 +339,17 @@ class Affinity:
     broken: int = 0
 
 
-def rendezvous(key: str, backends: Sequence[int]) -> int:
-    """The backend of ``backends`` (indices) with the highest weight for ``key``
-    (rendezvous hashing): the same for the same key and backends, and when a backend
-    leaves, only its own keys move. A stable hash, not Python's salted ``hash``."""
-    if not backends:
+def rendezvous(key: str, names: Sequence[str]) -> int:
+    """The position in ``names`` of the backend with the highest weight for ``key``
+    (rendezvous hashing): the same for the same key and backends, whatever their order,
+    and when a backend leaves, only its own keys move. A stable hash, not Python's
+    salted ``hash``."""
+    if not names:
         raise ValueError("rendezvous over no backends")
-    return max(backends, key=lambda i: (_weight(key, i), -i))
+    return max(range(len(names)), key=lambda i: (_weight(key, names[i]), names[i]))
 
 
-def _weight(key: str, backend: int) -> int:
+def _weight(key: str, backend: str) -> int:
     digest = hashlib.blake2b(f"{backend}\x00{key}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")
 
