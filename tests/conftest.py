@@ -60,7 +60,10 @@ def llamacpp_engine() -> Iterator[EngineProcess]:
 def vllm_engine() -> Iterator[EngineProcess]:
     # The tiny model's whole 16,384 positions: requests long enough (half a minute on
     # 2 cores) to be caught running when a test disconnects or kills the engine.
-    engine = start_vllm(max_model_len=16384, cpus=VLLM_CPUS)
+    # Developer mode, so that /server_info says the scheduling policy (fcfs, vLLM's
+    # default) to the gateway's forward_priority: auto (test_vllm_priority.py); it only
+    # adds routes, and logs the stack of each error.
+    engine = start_vllm(max_model_len=16384, cpus=VLLM_CPUS, dev_mode=True)
     yield engine
     engine.stop()
 

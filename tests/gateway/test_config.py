@@ -207,3 +207,40 @@ def test_max_sequences_per_request_setting() -> None:
         load_gateway_config(env=above)
     assert "max_sequences_per_request: 9 is above max_concurrency (8)" in str(info.value)
     assert "SABER_MAX_SEQUENCES_PER_REQUEST" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("auto", "auto"), ("Auto", "auto"), ("true", True), ("FALSE", False), ("1", True)],
+)
+def test_forward_priority_setting(raw: str, value: object) -> None:
+    assert load_gateway_config(env={}).backend.forward_priority is False  # off by default
+    env = {"SABER_BACKEND_FORWARD_PRIORITY": raw}
+    assert load_gateway_config(env=env).backend.forward_priority == value
+    overrides = {"backend.forward_priority": raw}
+    assert load_gateway_config(env={}, overrides=overrides).backend.forward_priority == value
+
+
+@pytest.mark.parametrize("bad", ["maybe", "", "none", "detect"])
+def test_forward_priority_is_true_false_or_auto(bad: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_gateway_config(env={"SABER_BACKEND_FORWARD_PRIORITY": bad})
+    text = str(info.value)
+    assert f"backend.forward_priority: expected true, false or auto, got {bad!r}" in text
+    assert "SABER_BACKEND_FORWARD_PRIORITY" in text
+
+
+def test_forward_priority_per_backend(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(
+        "backend: {forward_priority: auto}\n"
+        "backends:\n"
+        "  - {url: 'http://a:1'}\n"
+        "  - {url: 'http://b:1', forward_priority: false}\n"
+        "  - {url: 'http://c:1', forward_priority: 'TRUE'}\n"
+    )
+    a, b, c = load_gateway_config(path, env={}).backend_list()
+    assert [x.settings.forward_priority for x in (a, b, c)] == ["auto", False, True]
+    path.write_text("backends: [{url: 'http://a:1', forward_priority: 2}]\n")
+    with pytest.raises(ConfigError, match=r"backends\.0\.forward_priority: expected true"):
+        load_gateway_config(path, env={})

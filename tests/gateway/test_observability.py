@@ -33,6 +33,7 @@ FAMILIES = {
     "saber_generated_tokens": "counter",
     "saber_backend_errors": "counter",
     "saber_backend_info": "gauge",
+    "saber_backend_forward_priority": "gauge",
     "saber_backend_scrape_errors": "counter",
     "saber_backend_in_flight": "gauge",
     "saber_backend_up": "gauge",

@@ -97,8 +97,11 @@ def start_vllm(
     startup_timeout_s: float = 240.0,
     nice: int = 0,
     cpus: str | None = None,
+    dev_mode: bool = False,
 ) -> EngineProcess:
-    """Prepare (if needed) and start vLLM on a free 127.0.0.1 port, serving ``model``."""
+    """Prepare (if needed) and start vLLM on a free 127.0.0.1 port, serving ``model``;
+    with ``dev_mode``, as ``VLLM_SERVER_DEV_MODE=1`` (``/server_info`` and vLLM's other
+    developer routes)."""
     python = ensure_vllm_env()
     model_dir = ensure_hf_model(seed)
     port = free_port()
@@ -117,7 +120,7 @@ def start_vllm(
         argv,
         port=port,
         model=model,
-        env=vllm_env(),
+        env={**vllm_env(), "VLLM_SERVER_DEV_MODE": "1" if dev_mode else "0"},
         startup_timeout_s=startup_timeout_s,
         nice=nice,
         cpus=cpus,

@@ -42,10 +42,14 @@ def refused(exc: BaseException) -> bool:
     return False
 
 
-async def get(client: httpx.AsyncClient, url: str) -> httpx.Response:
-    """GET ``url``; a BackendError if the backend cannot be reached or breaks off."""
+async def get(
+    client: httpx.AsyncClient, url: str, timeout_s: float | None = None
+) -> httpx.Response:
+    """GET ``url`` (within ``timeout_s``, else the client's timeout); a BackendError if
+    the backend cannot be reached, breaks off or does not answer in time."""
+    timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else httpx.Timeout(timeout_s)
     try:
-        return await client.get(url)
+        return await client.get(url, timeout=timeout)
     except httpx.HTTPError as exc:
         raise BackendError(f"cannot reach {url}: {describe_exc(exc)}") from exc
 

@@ -22,6 +22,8 @@ DEFAULT_PROFILE_NAME = "saber-sim-paper.json"
 Endpoint = Literal["chat", "completions", "any"]
 BackendKindSetting = Literal["auto", "vllm", "llamacpp", "sim"]
 """``auto``: detected at start-up; the others are ``saber.backend.BackendKind``'s values."""
+ForwardPrioritySetting = bool | Literal["auto"]
+"""``auto``: on where the engine says it schedules by priority (docs/gateway.md)."""
 
 
 class BackendSettings(BaseModel):
@@ -45,10 +47,11 @@ class BackendSettings(BaseModel):
     connect_timeout_s: float = Field(default=2.0, gt=0)
     read_timeout_s: float = Field(default=600.0, gt=0, description="longest silence upstream")
     max_connections: int = Field(default=1024, ge=1)
-    forward_priority: bool = Field(
+    forward_priority: ForwardPrioritySetting = Field(
         default=False,
         description="send the admission tier as vLLM's request priority (0 on time, 1 "
-        "demoted); for vllm serve --scheduling-policy priority",
+        "demoted); for vllm serve --scheduling-policy priority. auto: only where the "
+        "engine says it runs that policy (vLLM's /server_info, with VLLM_SERVER_DEV_MODE=1)",
     )
     transport: Literal["httpx", "aiohttp"] = Field(
         default="aiohttp",
@@ -76,6 +79,11 @@ class BackendSettings(BaseModel):
             kind = kind.strip().lower()
         return "auto" if kind in (None, "", "none", "null") else kind
 
+    @field_validator("forward_priority", mode="before")
+    @classmethod
+    def _forward_priority(cls, value: object) -> object:
+        return _forward_priority(value)
+
     @field_validator("metrics_interval_s")
     @classmethod
     def _interval(cls, interval: float | None) -> float | None:
@@ -87,6 +95,20 @@ class BackendSettings(BaseModel):
     @classmethod
     def _http_url(cls, url: str) -> str:
         return backend_url(url)
+
+
+_BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0", "t", "f", "y", "n"})
+"""The strings pydantic reads as a boolean (an environment variable's, a flag's)."""
+
+
+def _forward_priority(value: object) -> object:
+    """``true``, ``false`` or ``auto`` in any case, or a boolean word; else one clear error
+    rather than pydantic's two (one per member of the union)."""
+    if isinstance(value, str):
+        value = value.strip().lower()
+    if isinstance(value, bool) or value == "auto" or value in _BOOL_WORDS:
+        return value
+    raise ValueError(f"expected true, false or auto, got {value!r}")
 
 
 def backend_url(url: str) -> str:
@@ -118,7 +140,12 @@ class BackendEntry(BaseModel):
     kind: BackendKindSetting | None = None
     api_key: str | None = None
     model: str | None = None
-    forward_priority: bool | None = None
+    forward_priority: ForwardPrioritySetting | None = None
+
+    @field_validator("forward_priority", mode="before")
+    @classmethod
+    def _forward_priority(cls, value: object) -> object:
+        return None if value is None else _forward_priority(value)
 
     @field_validator("url")
     @classmethod

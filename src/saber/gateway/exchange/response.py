@@ -152,7 +152,7 @@ class Exchange(Response):
         assert call is not None
         replica = gw.replicas.of(gw.admission.backend_of(flow.id))
         flow.backend = replica.name
-        body = call.body_for(decision.tier, replica.settings.forward_priority)
+        body = call.body_for(decision.tier, replica.watch.priority.forward)
         request = replica.upstream.request(PATHS[call.endpoint], body, call.headers)
         try:
             async with replica.upstream.open(request) as resp:

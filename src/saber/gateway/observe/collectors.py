@@ -20,6 +20,17 @@ from saber.config import TaskType
 from saber.scheduler import Pool, Scheduler, Tier
 
 
+class PriorityView(Protocol):
+    """Whether the tier goes to a backend as its request priority, and why."""
+
+    @property
+    def forward(self) -> bool: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def policy(self) -> str | None: ...
+
+
 class BackendView(Protocol):
     """What the metrics read of the gateway's watch on a backend."""
 
@@ -31,6 +42,8 @@ class BackendView(Protocol):
     def kind_source(self) -> str: ...
     @property
     def scrape_errors(self) -> int: ...
+    @property
+    def priority(self) -> PriorityView: ...
     def fresh_load(self) -> BackendLoad | None: ...
 
 
@@ -221,7 +234,8 @@ class LearningCollector(Collector):
 
 
 class BackendCollector(Collector):
-    """Each backend's identity, and its load as last read from its /metrics.
+    """Each backend's identity, whether the tier goes to it as the request priority, and
+    its load as last read from its /metrics.
 
     A backend's two load gauges are absent until the first good read, and again while
     the last good read is older than the watch's ``stale_after`` (the backend's
@@ -246,6 +260,15 @@ class BackendCollector(Collector):
             "configured, detected, or assumed (vllm) until detection succeeds.",
             labels=by_backend(replicas, "kind", "version", "source"),
         )
+        forward = GaugeMetricFamily(
+            "saber_backend_forward_priority",
+            "1 while the admission tier goes to the backend as the request's priority "
+            "(backend.forward_priority), else 0. source: configured, detected (auto, and "
+            "the engine said its scheduling policy; or llama.cpp, which has none) or "
+            "unknown (auto, and the engine did not say); policy: fcfs or priority as the "
+            "engine said, empty if not asked or not said.",
+            labels=by_backend(replicas, "source", "policy"),
+        )
         errors = CounterMetricFamily(
             "saber_backend_scrape_errors",
             "Failed reads of the backend's /metrics (unreachable, error status, no load series).",
@@ -265,18 +288,20 @@ class BackendCollector(Collector):
             labels=by_backend(replicas),
         )
         if not with_samples:
-            yield from (info, errors, running, waiting)
+            yield from (info, forward, errors, running, waiting)
             return
         loads = False
         for r in replicas:
             b = r.watch
             info.add_metric([b.kind.value, b.version or "", b.kind_source, *label(r)], 1.0)
+            p = b.priority
+            forward.add_metric([p.source, p.policy or "", *label(r)], float(p.forward))
             errors.add_metric(label(r), float(b.scrape_errors))
             load = b.fresh_load()
             if load is not None:
                 running.add_metric(label(r), load.running)
                 waiting.add_metric(label(r), load.waiting)
                 loads = True
-        yield from (info, errors)
+        yield from (info, forward, errors)
         if loads:
             yield from (running, waiting)

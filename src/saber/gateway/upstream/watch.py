@@ -2,9 +2,10 @@
 
 Which engine it is (configured, or detected at start-up and retried in the
 background while the backend is down; vLLM is assumed meanwhile), its version,
-and its own count of running and waiting requests, read from its ``/metrics``
-every ``backend.metrics_interval_s``. That count includes traffic that does not
-pass through the gateway, which the scheduler cannot see.
+whether the admission tier goes to it as the request priority (``priority``:
+settled once it is identified), and its own count of running and waiting requests,
+read from its ``/metrics`` every ``backend.metrics_interval_s``. That count includes
+traffic that does not pass through the gateway, which the scheduler cannot see.
 
 These requests go through a small client of their own, so that they never wait
 behind relayed streams for a connection, and a bad answer is counted and
@@ -36,6 +37,7 @@ from saber.config import BackendSettings
 from saber.gateway.observe.logs import GATEWAY_LOGGER
 from saber.gateway.upstream.client import KEEPALIVE_EXPIRY_S
 from saber.gateway.upstream.dialect import DIALECTS, Dialect
+from saber.gateway.upstream.priority import EnginePriority
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -55,7 +57,7 @@ STALE_INTERVALS = 3
 def control_client(
     settings: BackendSettings, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
-    """A client for the backend's /version, /v1/models, /props and /metrics."""
+    """A client for the backend's /version, /v1/models, /props, /server_info and /metrics."""
     headers = wire.auth_headers(settings.api_key)
     # Per request; a scrape as a whole is bounded tighter by BackendWatch.scrape_timeout.
     timeout = httpx.Timeout(PROBE_TIMEOUT_S, connect=settings.connect_timeout_s)
@@ -85,6 +87,7 @@ class BackendWatch:
         self.version: str | None = None
         self.models: list[str] = []
         self.identified = False
+        self.priority = EnginePriority(settings)  # whether the tier goes as its priority
         self.interval: float = settings.metrics_interval_s or 0.0
         self.scrape_timeout = min(max(self.interval, SCRAPE_TIMEOUT_MIN_S), SCRAPE_TIMEOUT_MAX_S)
         self.stale_after = max(STALE_INTERVALS * self.interval, STALE_AFTER_MIN_S)
@@ -109,7 +112,9 @@ class BackendWatch:
         except TimeoutError:
             self._not_yet(f"no answer within {FIRST_IDENTIFY_S:g} s", quiet=False)
             known = False
-        if not known:
+        if known:
+            await self._decide_priority()
+        else:
             self._spawn(self._identify_until_known(), "saber-backend-identify")
         if self.interval > 0:
             self._spawn(self._poll(), "saber-backend-metrics")
@@ -147,8 +152,15 @@ class BackendWatch:
         while True:
             await asyncio.sleep(delay)
             if await self._identify(quiet=True):
+                await self._decide_priority()
                 return
             delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _decide_priority(self) -> None:
+        """Once identified, outside the start-up's short wait for the identity: vLLM's
+        first /server_info takes seconds (``priority.POLICY_TIMEOUT_S``)."""
+        assert self._client is not None
+        await self.priority.decide(self._client, self.url, self.kind)
 
     def _identified(self, info: BackendInfo) -> None:
         self.kind = info.kind

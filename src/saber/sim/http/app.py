@@ -32,6 +32,7 @@ from saber.sim.http.responses.streaming import (
     event_stream,
     whole_response,
 )
+from saber.sim.http.server_info import router as server_info_router
 from saber.sim.http.settings import SimSettings
 
 
@@ -114,6 +115,9 @@ def create_app(settings: SimSettings | None = None) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [_model_card(sim, name) for name in settings.model_names]}
+
+    if settings.dev_mode:  # as vLLM: only in developer mode
+        app.include_router(server_info_router(settings))
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from saber.engine import PRESETS, UnknownPresetError
 from saber.sim.http.server import make_server
+from saber.sim.http.server_info import dev_mode
 from saber.sim.http.settings import FaultSettings, SimSettings
 
 DESCRIPTION = """\
 An OpenAI-compatible stand-in for vLLM's API server that needs no GPU. It steps
 saber's engine model (continuous batching, chunked prefill, paged KV cache) on
 the wall clock and streams each request's tokens as the modelled steps produce
-them. Same routes, SSE frames, errors and /metrics names as vLLM. See
-docs/saber-sim.md.
+them. Same routes, SSE frames, errors and /metrics names as vLLM; with
+VLLM_SERVER_DEV_MODE=1 in the environment, as vLLM, also GET /server_info (which
+says the --scheduling-policy). See docs/saber-sim.md.
 """
 
 
@@ -162,7 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def settings_from_args(args: argparse.Namespace) -> SimSettings:
+def settings_from_args(
+    args: argparse.Namespace, env: Mapping[str, str] | None = None
+) -> SimSettings:
+    """The settings the flags say, and ``VLLM_SERVER_DEV_MODE`` from ``env`` (default:
+    this process's environment), which vLLM reads from there too."""
     return SimSettings(
         preset=args.preset,
         served_model_name=tuple(args.served_model_name or ()),
@@ -181,6 +187,7 @@ def settings_from_args(args: argparse.Namespace) -> SimSettings:
             stall_after=args.stall_after,
             refuse_for=args.refuse_for,
         ),
+        dev_mode=dev_mode(env),
     )
 
 

@@ -51,6 +51,7 @@ class SimSettings:
     output_len: str = "task"
     fallback_output_len: str = "lognormal:128:0.6"
     faults: FaultSettings = field(default_factory=FaultSettings)
+    dev_mode: bool = False  # vLLM's VLLM_SERVER_DEV_MODE=1: GET /server_info is served
 
     def __post_init__(self) -> None:
         get_preset(self.preset)  # raises UnknownPresetError with the known names
