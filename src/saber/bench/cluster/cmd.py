@@ -76,7 +76,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--seeds", type=int, help="traces per load (default 3)")
     c.add_argument("--seed-base", type=int, help="trace seeds BASE..BASE+seeds-1 (default 13000)")
-    c.add_argument("--requests", type=int, help="requests per trace (default 200)")
+    c.add_argument(
+        "--requests",
+        type=int,
+        help="requests per trace (default 100 per replica, as the matrix serves one engine)",
+    )
     c.add_argument("--jobs", type=int, help="worker processes (default: CPU count)")
     c.add_argument(
         "--format",
@@ -116,7 +120,7 @@ def _bench_from(args: argparse.Namespace) -> ClusterBench:
         problems.append("--scrape-s must be > 0")
     if not bench.multiples or min(bench.multiples) <= 0:
         problems.append("--multiples must be positive numbers")
-    if bench.seeds < 1 or bench.requests < 1:
+    if bench.seeds < 1 or bench.trace_requests < 1:
         problems.append("--seeds and --requests must be >= 1")
     if problems:
         raise SystemExit("saber-bench: " + "; ".join(problems))
@@ -154,7 +158,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         err.print(f"wrote {goodput_vs_load(run, args.out / 'cluster_goodput.png')}")
     err.print(
         f"{len(run.results)} traces, {len(run.results) * len(bench.policies)} runs of "
-        f"{bench.requests} requests on {len(bench.pool)} replicas in "
+        f"{bench.trace_requests} requests on {len(bench.pool)} replicas in "
         f"{time.perf_counter() - started:.1f} s"
     )
     return 0

@@ -74,6 +74,7 @@ def to_json(run: ClusterRun) -> str:
     """The run's set-up, each replica's and the pool's capacity, and every row."""
     bench = run.bench
     setup = dataclasses.asdict(bench)
+    setup["requests"] = bench.trace_requests
     if not _multi(run):  # one gateway: no scrapes, and the set-up written as before
         del setup["gateways"], setup["scrape_s"]
     return dumps(
@@ -108,7 +109,7 @@ def _header(run: ClusterRun) -> list[str]:
         f"Each replica vLLM (max_num_seqs {VLLM_DEFAULT_MAX_NUM_SEQS}): alone behind each "
         "router (round-robin, least-outstanding, queue-kv); behind the gateway's admission "
         "placing by the chance of meeting the deadline (saber), or as a router would "
-        f"(saber+round-robin, saber+least-loaded). Realistic mode, {bench.requests} "
+        f"(saber+round-robin, saber+least-loaded). Realistic mode, {bench.trace_requests} "
         "requests per trace, "
         f"{bench.seeds} trace(s) per load (seeds {bench.seed_base}.."
         f"{bench.seed_base + bench.seeds - 1}). Load = a multiple of the pool's capacity, "
