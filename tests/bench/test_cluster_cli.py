@@ -63,6 +63,7 @@ def test_cluster_cli_json_and_a_chosen_pool_and_policies(capsys):
         (["--multiples", "0"], "--multiples must be positive"),
         (["--gateways", "0,2"], "--gateways must be numbers >= 1"),
         (["--scrape-s", "0"], "--scrape-s must be > 0"),
+        (["--headroom", "-1"], "--headroom must be >= 0"),
         (["--policies", "saber x2"], "unknown policies saber x2"),  # no --gateways 2
     ],
 )
@@ -70,6 +71,19 @@ def test_cluster_cli_refuses_bad_options(args, message, capsys):
     with pytest.raises(SystemExit) as info:
         main(["cluster", *SMALL, *args])
     assert message in f"{info.value.code} {capsys.readouterr().err}"  # ours, or argparse's
+
+
+def test_a_fixed_headroom_leaves_no_overload_unseen(capsys):
+    # Two gateways with a fixed headroom keep to budget_of(8, 2) = 8 per scrape; the
+    # default 100 requests per replica make the trace.
+    args = ["--workloads", "W2", "--multiples", "2", "--seeds", "1", "--jobs", "1"]
+    args += ["--no-progress", "--policies", "saber", "--gateways", "1,2", "--headroom", "8"]
+    main(["cluster", *args, "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["bench"]["headroom"] == 8 and data["bench"]["requests"] == 300
+    by = {r["policy"]: r for r in data["rows"]}
+    assert by["saber x2"]["max_unseen_by_replica"] == [0, 0, 0]
+    assert max(by["saber x2 no-headroom"]["max_unseen_by_replica"]) > 0
 
 
 def test_a_pool_is_written_as_counts_of_presets():

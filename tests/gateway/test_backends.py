@@ -202,6 +202,22 @@ def test_what_other_gateways_run_is_counted_after_a_scrape(
     wait_for(elsewhere, lambda e: e["seen"] == 0, describe="the others' requests gone")
 
 
+def test_a_fixed_headroom_is_kept_from_the_start_and_bounds_each_interval(
+    gateway_factory: GatewayFactory, sims: list[RunningSim]
+) -> None:
+    sim = sims[0]
+    gw = gateway_factory(
+        sim.url, **{"cluster.gateways": 2, "cluster.headroom": 3, "backend.metrics_interval_s": 0.1}
+    )
+    (backend,) = httpx.get(gw.url + "/saber/status").json()["backends"]
+    assert backend["budget"] == {"sequences": 3, "interval_s": 0.1}  # 3 // (2 - 1)
+    assert backend["elsewhere"]["with_headroom"] >= 3
+    # Twelve at once: at most three start in any 0.1 s, and every one is answered.
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda _: complete(gw, sim.model), range(12)))
+    assert [r.status_code for r in answers] == [200] * 12
+
+
 class Unready(http.server.BaseHTTPRequestHandler):
     """A backend that listens but answers nothing it is asked (a 503): its /metrics is
     never read, yet nothing refuses a connection."""

@@ -124,11 +124,31 @@ def test_gateways_scrape_staggered_and_a_fixed_headroom_is_used_as_is():
         headroom=4,
     )  # fmt: skip
     for g, p in enumerate(pools):
-        times = sorted({s[0] for s in p.scrapes})
+        # The fixed headroom is kept from the start, before any scrape.
+        assert p.scrapes[:2] == [(0.0, b, 0, 4, p.scrapes[b][4]) for b in (0, 1)]
+        times = sorted({s[0] for s in p.scrapes[2:]})
         assert times == pytest.approx([g * 0.05 + k * 0.15 for k in range(len(times))])
         assert {s[3] for s in p.scrapes} == {4}
         assert res.gateways[g].scrapes == len(times)
     assert max(s[2] for p in pools for s in p.scrapes) > 0  # each saw the others' work
+
+
+@pytest.mark.parametrize(("gateways", "headroom"), [(2, 6), (3, 6), (4, 2)])
+def test_a_fixed_headroom_bounds_what_no_gateway_counted(gateways, headroom):
+    # Each gateway keeps to budget_of(headroom, M) admissions per replica per scrape
+    # interval: at no step's start does a replica hold more than some gateway's view
+    # (own + seen + headroom), where the derived headroom leaves some unseen.
+    reqs = trace("W2", 120.0, n=300, seed=2)
+    unseen = {}
+    for fixed in (None, headroom):
+        res = simulate_cluster(
+            reqs, [Engine(PAPER), Engine(PAPER)], tasks=TASKS,
+            gateways=[pool() for _ in range(gateways)], headroom=fixed,
+        )  # fmt: skip
+        assert not res.unfinished
+        unseen[fixed] = max(max(g.max_unseen) for g in res.gateways)
+    bound = max(headroom, gateways - 1) - headroom  # budget_of's floor of 1 each
+    assert unseen[headroom] <= bound < unseen[None]
 
 
 def test_no_headroom_leaves_more_unseen_than_the_derived_one():

@@ -179,8 +179,10 @@ class ClusterSettings(BaseModel):
         default=None,
         ge=0,
         description="sequences kept free at each backend for what the other gateways "
-        "admit between two reads of its /metrics; null: derived, (gateways - 1) x what "
-        "this one admitted there over the last interval",
+        "admit between two reads of its /metrics; set, also a bound: each gateway then "
+        "admits at most headroom // (gateways - 1) (at least 1) there per interval; null: "
+        "derived, (gateways - 1) x what this one admitted there over the last interval, "
+        "no bound",
     )
     stale: Literal["open", "closed"] = Field(
         default="open",

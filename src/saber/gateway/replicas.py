@@ -15,9 +15,12 @@ learns two things from here:
   a backend's ``/metrics`` its running and waiting sequences, less this gateway's own
   there, are others'; the headroom stands for what they admit until the next read
   (``cluster.headroom``, or derived from what this gateway admitted there over the
-  last interval). A stale read (``BackendWatch.fresh_load``) counts as unknown:
-  ``cluster.stale`` says whether the backend then takes new requests (open: on this
-  gateway's own count and the headroom) or not (closed).
+  last interval). A fixed headroom is kept from the start and is also a bound: this
+  gateway admits at most ``budget_of(headroom, gateways)`` sequences at a backend in
+  any interval, so the others' admissions it has not seen never pass the headroom.
+  A stale read (``BackendWatch.fresh_load``) counts as unknown: ``cluster.stale``
+  says whether the backend then takes new requests (open: on this gateway's own
+  count and the headroom) or not (closed).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from saber.gateway.observe.logs import GATEWAY_LOGGER
 from saber.gateway.upstream.breaker import Breaker
 from saber.gateway.upstream.client import BackendFailure, Upstream, make_client
 from saber.gateway.upstream.watch import BackendWatch, control_client
-from saber.scheduler import Action, Decision, Pool, Scheduler, derived_headroom
+from saber.scheduler import Action, Decision, Pool, Scheduler, budget_of, derived_headroom
 
 log = logging.getLogger(GATEWAY_LOGGER)
 
@@ -121,8 +124,13 @@ class Replicas:
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        cluster = self._cluster()
+        fixed = cluster.headroom if cluster.gateways > 1 else None
         for r in self.all:
             r._upstream = Upstream(r.settings, make_client(r.settings, transport))
+            if fixed and r.watch.interval > 0:
+                r.scheduler.set_budget(budget_of(fixed, cluster.gateways), r.watch.interval)
+                self.pool.set_elsewhere(r.index, 0, fixed, self._clock())
         await asyncio.gather(
             *(r.watch.start(control_client(r.settings, transport)) for r in self.all)
         )

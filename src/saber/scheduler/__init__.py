@@ -11,7 +11,14 @@ from saber.scheduler._core import Observation, Scheduler, SpeedFn, TTFTFn
 from saber.scheduler._lengths import LengthEstimate, TaskLengths
 from saber.scheduler._outcome import Outcome
 from saber.scheduler._policy import PRESETS, Policy
-from saber.scheduler._pool import PLACEMENTS, Placed, Placement, Pool, derived_headroom
+from saber.scheduler._pool import (
+    PLACEMENTS,
+    Placed,
+    Placement,
+    Pool,
+    budget_of,
+    derived_headroom,
+)
 from saber.scheduler._request import (
     MAX_TOKENS,
     Action,
@@ -40,6 +47,7 @@ __all__ = [
     "TTFTFn",
     "TaskLengths",
     "Tier",
+    "budget_of",
     "derived_headroom",
     "request_for",
 ]

@@ -9,6 +9,7 @@ does); it also says when a running request will have freed its slot.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -35,6 +36,8 @@ class Bookkeeping(SpeedModel):
     _lpq: TaskQueues
     _high_running: int
     _protect: list[tuple[float, str]]  # (-required speed, id) of running HPQ requests
+    _budget: tuple[int, float] | None  # (sequences, window s) this scheduler may admit
+    _spent: deque[tuple[float, int]]  # (when, sequences) of its admissions in the window
 
     # -- state -----------------------------------------------------------
 
@@ -66,9 +69,56 @@ class Bookkeeping(SpeedModel):
         yield from self._hpq
         yield from self._lpq
 
+    # -- the admission budget (several gateways) ---------------------------
+
+    def set_budget(self, most: int | None, window_s: float = 0.0) -> None:
+        """Admit at most ``most`` sequences in any ``window_s`` seconds (None: no bound).
+
+        With M gateways and a fixed headroom H, each keeps to H / (M - 1) per scrape
+        interval at each backend (``budget_of``): what the others admitted since a
+        gateway's last scrape, which it cannot see, is then at most H, the headroom it
+        keeps. A request of more sequences than ``most`` runs when the window is empty."""
+        if most is not None and (most < 1 or not window_s > 0):
+            raise ValueError(f"a budget needs most >= 1 and window_s > 0, not {most}, {window_s}")
+        self._budget = None if most is None else (int(most), float(window_s))
+        self._spent.clear()
+
+    @property
+    def budget(self) -> tuple[int, float] | None:
+        """(sequences, window s) this scheduler may admit (``set_budget``), or None."""
+        return self._budget
+
+    def budget_due(self) -> float | None:
+        """When the oldest admission still in the window leaves it (None: no budget, or
+        none in the window): a request held by the budget may pass then. Never a time
+        already past (the window is read at the last event's time)."""
+        if self._budget is None or not self._spent_in_window():
+            return None
+        return self._spent[0][0] + self._budget[1]
+
+    def _spent_in_window(self) -> int:
+        """Sequences admitted within the window that ends at the last event's time."""
+        assert self._budget is not None
+        window = self._budget[1]
+        now = self._clock_at if self._clock_at is not None else 0.0
+        spent = self._spent
+        while spent and spent[0][0] + window <= now:
+            spent.popleft()
+        return sum(n for _, n in spent)
+
+    def _within_budget(self, seqs: int) -> bool:
+        """Whether ``seqs`` more sequences keep the window's admissions within the budget
+        (a request of more than the budget runs when the window is empty)."""
+        if self._budget is None:
+            return True
+        used = self._spent_in_window()
+        return not used or used + seqs <= self._budget[0]
+
     # -- admitting and leaving -------------------------------------------
 
     def _start(self, req: SchedRequest, now: float, tier: Tier) -> Decision:
+        if self._budget is not None:
+            self._spent.append((now, req.seqs))
         req.admitted_at = now
         self._running[req.id] = req
         self._load += req.seqs

@@ -95,6 +95,8 @@ class Scheduler(Placing):
         # Admit nothing (a pool's backend out of service while others serve): requests
         # wait, are demoted and expire as ever, and the pool moves them elsewhere.
         self.paused = False
+        self._budget: tuple[int, float] | None = None  # set_budget: several gateways
+        self._spent: deque[tuple[float, int]] = deque()
         self._high_running = 0
         # Lazy min-heaps: stale entries are skipped when they surface.
         self._demote_at: list[tuple[float, str]] = []
@@ -217,15 +219,18 @@ class Scheduler(Placing):
         moment arrivals fall quiet (a request held back for what the requests still to
         come would lose may pass then: seen on vLLM, a long request held a minute beside
         one other while nothing else came)."""
-        quiet = None
-        if self.queued() and self.policy.decide == "chance" and self.policy.future:
-            quiet = self._arrivals.quiet_at()
+        quiet = budget = None
+        if self.queued():
+            budget = self.budget_due()
+            if self.policy.decide == "chance" and self.policy.future:
+                quiet = self._arrivals.quiet_at()
         times = [
             t
             for t in (
                 self._peek(self._demote_at, self._hpq.__contains__),
                 self._peek(self._expire_at, self.is_queued),
                 quiet,
+                budget,
             )
             if t is not None
         ]

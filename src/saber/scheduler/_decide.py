@@ -146,16 +146,20 @@ class Decide(Bookkeeping):
         if len(self._hpq):
             req = self._hpq.most_urgent_passing(lambda _: -math.inf)
             assert req is not None
+            if not self._within_budget(req.seqs):
+                return []
             self._hpq.remove(req.id)
             return [self._start(req, now, Tier.HIGH)]
-        req = self._lpq.popleft()
-        assert req is not None
+        (req,) = self._lpq.front(1)
+        if not self._within_budget(req.seqs):
+            return []
+        self._lpq.remove(req.id)
         return [self._start(req, now, Tier.LOW)]
 
     def _fits(self, req: SchedRequest) -> bool:
-        """Room under max_concurrency for all of its sequences."""
+        """Room under max_concurrency for all of its sequences, within the budget."""
         cap = self.policy.max_concurrency
-        return cap is None or self._load + req.seqs <= cap
+        return (cap is None or self._load + req.seqs <= cap) and self._within_budget(req.seqs)
 
     # -- decisions from the chance of finishing in time --------------------
 

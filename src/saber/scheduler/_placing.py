@@ -37,6 +37,10 @@ class Placing(Decide):
             credit = self.policy.late_value
         return self._earliest_rule(now, self.predicted_speed(self._load + 1), credit)
 
+    def has_room(self, req: SchedRequest) -> bool:
+        """Room for ``req``'s sequences under max_concurrency and the budget."""
+        return self._fits(req)
+
     def admissible(self, req: SchedRequest, now: float) -> bool:
         """Whether ``req``, were it waiting here, would be admitted by ``poll(now)``."""
         rule = self.pass_rule(req.tier, now)

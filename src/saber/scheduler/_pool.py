@@ -182,6 +182,12 @@ class Pool:
         (``Scheduler.set_elsewhere``)."""
         self.backends[backend].set_elsewhere(seen, headroom, now)
 
+    def set_budget(self, most: int | None, window_s: float = 0.0) -> None:
+        """Each backend admits at most ``most`` sequences in any ``window_s`` seconds
+        (``Scheduler.set_budget``; None: no bound)."""
+        for b in self.backends:
+            b.set_budget(most, window_s)
+
     def set_down(self, backend: int, down: bool) -> None:
         """Take ``backend`` out of service, or back in; ``poll`` next, so that what
         waits there moves on (or, back in, what waits anywhere may run there)."""
@@ -354,6 +360,16 @@ def _weight(key: str, backend: str) -> int:
     return int.from_bytes(digest, "big")
 
 
+def budget_of(headroom: int, gateways: int) -> int:
+    """What each of ``gateways`` may admit at one backend per scrape interval so that
+    the others' admissions since any one's last scrape stay within a fixed
+    ``headroom``: ``headroom // (gateways - 1)``, at least 1 (so below gateways - 1 the
+    bound is gateways - 1, not the headroom)."""
+    if gateways < 2 or headroom < 0:
+        raise ValueError(f"a budget needs gateways {gateways} >= 2 and headroom {headroom} >= 0")
+    return max(headroom // (gateways - 1), 1)
+
+
 def derived_headroom(gateways: int, admitted: float) -> int:
     """What a gateway adds, at one replica, for what the other gateways admit there
     between two of its scrapes: ``ceil((gateways - 1) * admitted)``, ``admitted`` being
@@ -373,5 +389,4 @@ def _anything(_: SchedRequest) -> float:
 
 
 def _fits(backend: Scheduler, req: SchedRequest) -> bool:
-    cap = backend.policy.max_concurrency
-    return cap is None or backend.load + req.seqs <= cap
+    return backend.has_room(req)

@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from saber.scheduler import derived_headroom
+from saber.scheduler import budget_of, derived_headroom
 from saber.sim._cluster_types import AdmissionPool, GatewayStats
 
 SCRAPE_S = 0.2
@@ -40,7 +40,8 @@ def _grid(rows: int, cols: int) -> list[list[int]]:
 @dataclass(eq=False)
 class Gateways:
     """The gateways' state in one run. ``headroom``: None for ``derived_headroom``, else
-    a fixed number of requests (0: none)."""
+    a fixed number of requests (0: none), which is also a bound: each gateway admits at
+    most ``budget_of(headroom, M)`` at a replica in any ``scrape_s``."""
 
     pools: Sequence[AdmissionPool]
     replicas: int
@@ -62,6 +63,17 @@ class Gateways:
         self.since = _grid(m, n)  # what g admitted to b since its last scrape
         self.seen = _grid(m, n)  # what g saw at b at its last scrape (not its own)
         self.head = _grid(m, n)  # and the headroom it added then
+        fixed = self.headroom
+        if fixed and m > 1:
+            # A fixed headroom is kept from the start, and bounds what each gateway
+            # admits at a replica per scrape interval (``budget_of``): what the others
+            # admitted since its last scrape is then never more than the headroom.
+            budget = budget_of(fixed, m)
+            for g, pool in enumerate(self.pools):
+                pool.set_budget(budget, self.scrape_s)
+                for b in range(n):
+                    self.head[g][b] = fixed
+                    pool.set_elsewhere(b, 0, fixed, 0.0)
         self.scrapes = [0] * m
         self.offered = [0] * m
         self.unseen_steps = _grid(m, n)

@@ -74,6 +74,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         help="how often each gateway scrapes every replica's running + waiting (default 0.2)",
     )
+    c.add_argument(
+        "--headroom",
+        type=int,
+        help="the saber xM gateways' headroom at each replica, fixed: each then admits at "
+        "most headroom // (M - 1) there per scrape (default: derived, no bound)",
+    )
     c.add_argument("--seeds", type=int, help="traces per load (default 3)")
     c.add_argument("--seed-base", type=int, help="trace seeds BASE..BASE+seeds-1 (default 13000)")
     c.add_argument(
@@ -104,6 +110,7 @@ def _bench_from(args: argparse.Namespace) -> ClusterBench:
         requests=args.requests,
         gateways=args.gateways,
         scrape_s=args.scrape_s,
+        headroom=args.headroom,
     )
     bench = with_overrides(bench, policies=with_gateways(bench.policies, bench.gateways))
     known = policies(bench.gateways)
@@ -118,6 +125,8 @@ def _bench_from(args: argparse.Namespace) -> ClusterBench:
         problems.append("--gateways must be numbers >= 1")
     if not bench.scrape_s > 0:
         problems.append("--scrape-s must be > 0")
+    if bench.headroom is not None and bench.headroom < 0:
+        problems.append("--headroom must be >= 0")
     if not bench.multiples or min(bench.multiples) <= 0:
         problems.append("--multiples must be positive numbers")
     if bench.seeds < 1 or bench.trace_requests < 1:

@@ -76,7 +76,7 @@ def to_json(run: ClusterRun) -> str:
     setup = dataclasses.asdict(bench)
     setup["requests"] = bench.trace_requests
     if not _multi(run):  # one gateway: no scrapes, and the set-up written as before
-        del setup["gateways"], setup["scrape_s"]
+        del setup["gateways"], setup["scrape_s"], setup["headroom"]
     return dumps(
         {
             "bench": setup,
@@ -90,6 +90,15 @@ def to_json(run: ClusterRun) -> str:
     )
 
 
+def _headroom(fixed: int | None) -> str:
+    if fixed is None:
+        return "a headroom of (M - 1) x what it admitted there since its last scrape"
+    return (
+        f"a fixed headroom of {fixed}, each gateway admitting at most {fixed} // (M - 1) "
+        "(at least 1) at each replica in any scrape interval"
+    )
+
+
 def _header(run: ClusterRun) -> list[str]:
     bench = run.bench
     caps = ", ".join(f"{w} {c:.3g}" for w, c in run.capacity.items())
@@ -98,8 +107,8 @@ def _header(run: ClusterRun) -> list[str]:
             f"{', '.join(_multi(run))}: M gateways in front of the pool, each its own "
             "saber pool; a request goes to gateway crc32(id) % M; each gateway learns what "
             "the others run at each replica only by scraping its running + waiting every "
-            f"{bench.scrape_s:g} s (staggered), plus a headroom of (M - 1) x what it "
-            "admitted there since its last scrape (none for no-headroom).\n"
+            f"{bench.scrape_s:g} s (staggered), plus {_headroom(bench.headroom)} "
+            "(none for no-headroom).\n"
         ]
         if _multi(run)
         else []

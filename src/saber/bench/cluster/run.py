@@ -133,12 +133,14 @@ def gateway_policies(gateways: Sequence[int]) -> list[str]:
     return out
 
 
-def policies(gateways: Sequence[int] = (1,), scrape_s: float = SCRAPE_S) -> dict[str, ServeFn]:
+def policies(
+    gateways: Sequence[int] = (1,), scrape_s: float = SCRAPE_S, headroom: int | None = None
+) -> dict[str, ServeFn]:
     """Every way the bench serves a trace on the pool, by name: vLLM alone behind each
     router of ``saber.sim.ROUTERS``; the gateway's admission over the pool, placing by
     chance (``saber``) or as a router would (``saber+round-robin``, ``saber+least-loaded``);
     and for each M > 1 in ``gateways``, M such gateways in front of it (``gateway_policies``),
-    scraping every ``scrape_s``."""
+    scraping every ``scrape_s``, with ``headroom`` fixed (and so a budget) or derived."""
     out: dict[str, ServeFn] = {name: functools.partial(_behind_router, name) for name in ROUTERS}
     out[SABER] = functools.partial(_saber, "chance")
     for place in PLACEMENTS:
@@ -146,8 +148,8 @@ def policies(gateways: Sequence[int] = (1,), scrape_s: float = SCRAPE_S) -> dict
             out[f"{SABER}+{place}"] = functools.partial(_saber, place)
     for name in gateway_policies(gateways):
         count = int(name.split()[1][1:])
-        headroom = 0 if name.endswith(NO_HEADROOM) else None
-        out[name] = functools.partial(_saber_gateways, count, headroom, scrape_s)
+        kept = 0 if name.endswith(NO_HEADROOM) else headroom
+        out[name] = functools.partial(_saber_gateways, count, kept, scrape_s)
     return out
 
 
@@ -195,6 +197,7 @@ class ClusterBench:
     requests: int | None = None  # per trace; None: REQUESTS_PER_REPLICA per replica
     gateways: tuple[int, ...] = (1,)
     scrape_s: float = SCRAPE_S
+    headroom: int | None = None  # the saber xM gateways': None derived, else fixed
 
     @property
     def trace_requests(self) -> int:
@@ -300,7 +303,7 @@ class _Shared:
             seed=bench.seed_base + point.seed,
             mode="realistic",
         )
-        serve = policies(bench.gateways, bench.scrape_s)
+        serve = policies(bench.gateways, bench.scrape_s, bench.headroom)
         runs = {}
         for name in bench.policies:
             engines = [

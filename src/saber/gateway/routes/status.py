@@ -12,6 +12,9 @@ from saber.gateway.assembly import Gateway
 from saber.gateway.replicas import Replica
 from saber.gateway.upstream.watch import BackendWatch
 
+BUDGET = ("sequences", "interval_s")
+"""What a fixed cluster.headroom lets this gateway admit at a backend per interval."""
+
 
 def status(gw: Gateway) -> dict[str, Any]:
     """Queues per task and tier, the load, f(L) and f(L+1), the profile, recent decisions."""
@@ -86,6 +89,7 @@ def _replica(gw: Gateway, r: Replica) -> dict[str, Any]:
         "load": load,
         "queued": sched.queued(),
         "elsewhere": {"seen": seen, "with_headroom": counted},
+        "budget": None if sched.budget is None else dict(zip(BUDGET, sched.budget, strict=True)),
         "predicted_speed_tokens_per_s": {
             "at_load": sched.predicted_speed(load),
             "at_load_plus_1": sched.predicted_speed(load + 1),
