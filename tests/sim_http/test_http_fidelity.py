@@ -4,6 +4,13 @@ The server runs in its own process (the measuring client must not share its
 GIL) at a time scale that keeps a step (7.5 ms of engine time alone, 25 ms with
 64 requests, for the paper preset) milliseconds long on the wall, above
 event-loop and scheduler jitter.
+
+On a busy machine a measurement is noisy either way: a stall the sim's driver
+cannot catch up (over its resync bound) slows the decode, and a client that reads
+its first frame late sees the rest in a burst, a fast decode. Such noise comes and
+goes; a sim that decodes at the wrong speed does so every time. So a level is
+measured again (at most ``RUNS`` times) only while it is outside the tolerance,
+and it fails when every run was.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from saber.sim.http.fidelity import compare, measure, predict
 
 TIME_SCALE = 2.0
 TOLERANCE = 0.15
+RUNS = 3
 PROMPT_TOKENS = 32
 OUTPUT_TOKENS = 100
 
@@ -61,15 +69,19 @@ def test_decode_speed_matches_the_engine_model(server_url: str, concurrency: int
     predicted = predict(
         settings, concurrency, prompt_tokens=PROMPT_TOKENS, output_tokens=OUTPUT_TOKENS
     )
-    measured = asyncio.run(
-        measure(
-            server_url,
-            settings.model_name,
-            concurrency,
-            prompt_tokens=PROMPT_TOKENS,
-            output_tokens=OUTPUT_TOKENS,
-            time_scale=TIME_SCALE,
+    runs = []
+    for _ in range(RUNS):
+        measured = asyncio.run(
+            measure(
+                server_url,
+                settings.model_name,
+                concurrency,
+                prompt_tokens=PROMPT_TOKENS,
+                output_tokens=OUTPUT_TOKENS,
+                time_scale=TIME_SCALE,
+            )
         )
-    )
-    result = compare(predicted, measured, concurrency)
-    assert abs(result.error) <= TOLERANCE, result
+        runs.append(compare(predicted, measured, concurrency))
+        if abs(runs[-1].error) <= TOLERANCE:
+            return
+    pytest.fail(f"outside ±{TOLERANCE:.0%} in all {RUNS} runs: {runs}")
