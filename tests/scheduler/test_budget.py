@@ -17,8 +17,10 @@ def flat(load: float) -> float:
     return 1000.0
 
 
-def pool(backends: int = 1, budget: int | None = None, window: float = 0.2) -> Pool:
-    p = Pool.build([flat] * backends, Policy.named("closed-loop"), tasks=[TASK])
+def pool(
+    backends: int = 1, budget: int | None = None, window: float = 0.2, policy: str = "closed-loop"
+) -> Pool:
+    p = Pool.build([flat] * backends, Policy.named(policy), tasks=[TASK])
     if budget is not None:
         p.set_budget(budget, window)
     return p
@@ -50,6 +52,25 @@ def test_a_budget_admits_so_many_per_window_then_wakes_when_the_oldest_leaves_it
     assert offer_all(p, 2, 0.3, first=5) == ["r5"]
     assert p.next_wakeup() == pytest.approx(0.4)
     assert admitted(p.poll(0.4)) == ["r6"]
+
+
+@pytest.mark.parametrize("policy", ["paper", "mean"])
+def test_the_papers_rule_keeps_to_the_budget_too(policy: str) -> None:
+    p = pool(budget=3, window=0.2, policy=policy)
+    assert len(offer_all(p, 5, 0.0)) == 3
+    assert p.next_wakeup() == pytest.approx(0.2)
+    assert len(admitted(p.poll(0.1))) == 0
+    assert len(admitted(p.poll(0.2))) == 2
+
+
+def test_demoted_work_keeps_to_the_budget() -> None:
+    p = pool(budget=2, window=0.2, policy="paper")
+    for i in range(4):  # past their deadlines: demoted on arrival, best effort
+        req = request_for(TASK, id=f"r{i}", arrival=-100.0)
+        p.offer(req, 0.0)
+    started = admitted(p.poll(0.0))
+    assert len(started) <= 2 and p.load == 2
+    assert len(admitted(p.poll(0.2))) == 2
 
 
 def test_without_a_budget_every_request_passes_at_once():

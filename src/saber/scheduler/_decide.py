@@ -363,7 +363,7 @@ class Decide(Bookkeeping):
             req = self._hpq.most_urgent_passing(
                 lambda r: self._earliest_deadline(r.task, r.tokens, now, predicted)
             )
-            if req is None:
+            if req is None or not self._within_budget(req.seqs):
                 return None
             self._hpq.remove(req.id)
             return self._start(req, now, Tier.HIGH)
@@ -371,6 +371,8 @@ class Decide(Bookkeeping):
         self._rng.shuffle(window)  # RandomSample(HPQ, windowSize)
         for req in window:
             if self._passes(req, now, predicted):
+                if not self._within_budget(req.seqs):
+                    return None  # several gateways: the others' share of this backend
                 self._hpq.remove(req.id)
                 return self._start(req, now, Tier.HIGH)
         return None
@@ -386,8 +388,10 @@ class Decide(Bookkeeping):
         while len(self._lpq) and (cap is None or self.load < cap):
             if mode == "idle" and self.predicted_speed(self.load + 2) < headroom:
                 break
-            req = self._lpq.popleft()
-            assert req is not None
+            (req,) = self._lpq.front(1)
+            if not self._within_budget(req.seqs):
+                break
+            self._lpq.remove(req.id)
             out.append(self._start(req, now, Tier.LOW))
         return out
 

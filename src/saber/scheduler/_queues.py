@@ -109,13 +109,6 @@ class TaskQueues:
         merged = heapq.merge(*streams, key=lambda r: (r.arrival, r.id))
         return list(itertools.islice(merged, n))
 
-    def popleft(self) -> SchedRequest | None:
-        """Remove and return the oldest request overall."""
-        head = self.front(1)
-        if not head:
-            return None
-        return self.remove(head[0].id)
-
     def __iter__(self) -> Iterator[SchedRequest]:
         for queue in self._by_task.values():
             yield from queue.values()
