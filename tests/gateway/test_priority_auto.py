@@ -221,3 +221,38 @@ def test_a_backend_down_at_start_is_asked_once_it_is_identified(
         )
     assert forward_series(gw, source="detected", policy="priority") == 1
     assert len(said(logs, "forwarding the admission tier")) == 1
+
+
+def test_a_backend_restarted_with_another_policy_is_asked_again(
+    gateway_factory: GatewayFactory, slow_profile: Path, logs: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    with serve_in_thread(time_scale=50.0, scheduling_policy="fcfs", dev_mode=True, port=port):
+        gw, rec = start(
+            gateway_factory,
+            f"http://127.0.0.1:{port}",
+            slow_profile,
+            **{"backend.metrics_interval_s": 0.1},
+        )
+        assert engine(gw)["scheduling_policy"] == "fcfs"
+    wait_for(
+        lambda: httpx.get(gw.url + "/saber/status").json()["backend"],
+        lambda state: state["last_scrape_error"] is not None,
+        timeout=10,
+        describe="the gateway noticing that nothing listens",
+    )
+    with serve_in_thread(time_scale=50.0, scheduling_policy="priority", dev_mode=True, port=port):
+        wait_for(
+            lambda: engine(gw)["forward_priority"],
+            lambda on: on is True,
+            timeout=20,
+            describe="the tier forwarded once the restarted engine is asked again",
+        )
+    assert engine(gw)["scheduling_policy"] == "priority"
+    assert rec.gets.count("/server_info") == 2
+    assert forward_series(gw, source="detected", policy="priority") == 1
+    lines = said(logs, "the admission tier as the request priority")
+    assert [r.getMessage().split(":")[0] for r in lines] == [
+        "not forwarding the admission tier as the request priority",
+        "forwarding the admission tier as the request priority",
+    ]

@@ -1,12 +1,12 @@
 """Whether the admission tier goes to a backend as vLLM's request ``priority``.
 
 ``backend.forward_priority`` is ``true``, ``false`` or ``auto``. With ``auto`` the
-engine is asked, once it is identified, which scheduling policy it runs
-(``saber.backend.scheduling_policy``), and the tier is forwarded only under
+engine is asked, once it is identified (again after a restart), which scheduling
+policy it runs (``saber.backend.scheduling_policy``), and the tier is forwarded only under
 ``priority``. An engine that does not say (vLLM without ``VLLM_SERVER_DEV_MODE=1``)
 gets nothing: under ``fcfs`` the field would be ignored anyway, but the point of
 ``auto`` is to send it only where it is read. llama.cpp has no request priority and
-is never asked. The decision is logged once per backend, and exported
+is never asked. Each decision is logged, and exported
 (``saber_backend_forward_priority``, ``/saber/status``).
 """
 

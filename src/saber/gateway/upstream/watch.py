@@ -5,7 +5,9 @@ background while the backend is down; vLLM is assumed meanwhile), its version,
 whether the admission tier goes to it as the request priority (``priority``:
 settled once it is identified), and its own count of running and waiting requests,
 read from its ``/metrics`` every ``backend.metrics_interval_s``. That count includes
-traffic that does not pass through the gateway, which the scheduler cannot see.
+traffic that does not pass through the gateway, which the scheduler cannot see. A
+backend that answers again after nothing listened is identified and asked again: a
+restarted engine may run another version or scheduling policy.
 
 These requests go through a small client of their own, so that they never wait
 behind relayed streams for a connection, and a bad answer is counted and
@@ -97,6 +99,7 @@ class BackendWatch:
         self.last_error: str | None = None
         self._client: httpx.AsyncClient | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._ask_again = False  # nothing listened after it was identified
 
     @property
     def dialect(self) -> Dialect:
@@ -130,6 +133,7 @@ class BackendWatch:
             await self._client.aclose()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks = [t for t in self._tasks if not t.done()]
         self._tasks.append(asyncio.create_task(coro, name=name))
 
     # -- identity ---------------------------------------------------------------------
@@ -155,6 +159,12 @@ class BackendWatch:
                 await self._decide_priority()
                 return
             delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _identify_again(self) -> None:
+        if await self._identify(quiet=True):
+            await self._decide_priority()
+        else:
+            await self._identify_until_known()
 
     async def _decide_priority(self) -> None:
         """Once identified, outside the start-up's short wait for the identity: vLLM's
@@ -217,6 +227,8 @@ class BackendWatch:
                 reason = str(exc) or type(exc).__name__
             self.scrape_errors += 1
             self.refused = refused(exc) or isinstance(exc.__cause__, httpx.ConnectError)
+            # Gone after it was identified: ask again what it is once it is back.
+            self._ask_again = self._ask_again or (self.refused and self.identified)
             if self.last_error is None:
                 log.warning(
                     "cannot read the backend's load", extra={"backend": self.url, "error": reason}
@@ -225,6 +237,9 @@ class BackendWatch:
             return False
         if self.last_error is not None:
             log.info("reading the backend's load again", extra={"backend": self.url})
+        if self._ask_again:  # perhaps restarted as another version, engine or policy
+            self._ask_again = False
+            self._spawn(self._identify_again(), "saber-backend-identify")
         self.last_error = None
         self.refused = False
         self.load = load
