@@ -305,7 +305,7 @@ class Pool:
                     continue
                 for src, other in enumerate(self.backends):
                     req = None if src == dst else other.most_urgent_waiting(tier, rule)
-                    if req is None or not _fits(backend, req):
+                    if req is None or not backend.has_room(req):
                         continue
                     if req.seqs > 1 and rule is not _anything and not backend.admissible(req, now):
                         continue
@@ -386,7 +386,3 @@ def derived_headroom(gateways: int, admitted: float) -> int:
 
 def _anything(_: SchedRequest) -> float:
     return -math.inf
-
-
-def _fits(backend: Scheduler, req: SchedRequest) -> bool:
-    return backend.has_room(req)
