@@ -238,9 +238,12 @@ def test_forward_priority_per_backend(tmp_path: Path) -> None:
         "  - {url: 'http://a:1'}\n"
         "  - {url: 'http://b:1', forward_priority: false}\n"
         "  - {url: 'http://c:1', forward_priority: 'TRUE'}\n"
+        "  - {url: 'http://d:1', forward_priority: 1}\n"
+        "  - {url: 'http://e:1', forward_priority: 0}\n"
     )
-    a, b, c = load_gateway_config(path, env={}).backend_list()
-    assert [x.settings.forward_priority for x in (a, b, c)] == ["auto", False, True]
+    backends = load_gateway_config(path, env={}).backend_list()
+    values = [x.settings.forward_priority for x in backends]
+    assert values == ["auto", False, True, True, False]
     path.write_text("backends: [{url: 'http://a:1', forward_priority: 2}]\n")
     with pytest.raises(ConfigError, match=r"backends\.0\.forward_priority: expected true"):
         load_gateway_config(path, env={})
