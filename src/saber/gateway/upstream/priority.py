@@ -58,11 +58,9 @@ class EnginePriority:
             return
         try:
             policy = await scheduling_policy(client, url, POLICY_TIMEOUT_S)
-        except BackendError as exc:
-            self._unknown(url, str(exc))
-            return
         except Exception as exc:  # a broken answer must not stop the gateway
-            self._unknown(url, f"{type(exc).__name__}: {exc}")
+            known = isinstance(exc, BackendError)  # says what failed itself
+            self._unknown(url, str(exc) if known else f"{type(exc).__name__}: {exc}")
             return
         if policy is None:
             self._unknown(
