@@ -115,7 +115,7 @@ def test_variants_report_the_faithful_algorithm_and_each_option():
         "usl",
         {"protection": "none", "lpq": "idle"},
     )
-    assert parse_variant("usl+closed-loop+no_future")[1]["future"] is False
+    assert parse_variant("usl+closed-loop+no_future")[1]["future_weight"] == 0.0
     kind, fields = parse_variant("usl+closed-loop+frozen")
     assert kind == "usl" and fields["protection"] == "frozen" and fields["calibrate"] is True
     assert "max_concurrency" not in fields

@@ -134,10 +134,13 @@ def test_one_json_log_line_per_request(
 def test_protection_setting_reaches_the_scheduler(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
-    gw = gateway_factory(sim.url, protection="frozen", lpq="paper", late_value=0.2)
+    gw = gateway_factory(
+        sim.url, protection="frozen", lpq="paper", late_value=0.2, future_weight=0.25
+    )
     assert gw.gateway.scheduler.policy.protection == "frozen"
     assert gw.gateway.scheduler.policy.lpq == "paper"
     assert gw.gateway.scheduler.policy.late_value == 0.2
+    assert gw.gateway.scheduler.policy.future_weight == 0.25
     assert gw.gateway.scheduler.policy.order == "deadline"  # the rest: the default's
     policy = httpx.get(gw.url + "/saber/status").json()["policy"]
     assert policy["protection"] == "frozen" and policy["lpq"] == "paper"

@@ -169,14 +169,27 @@ def test_a_request_that_can_no_longer_be_useful_is_refused_and_only_then():
 
 def test_a_running_request_on_the_edge_holds_back_a_newcomer_that_would_push_it_over():
     # "edge" needs 95 tokens within 1 s: it makes it at f(1) = 100, not at f(2) = 90.9.
-    s = Scheduler(flat(100.0, 0.1), default(future=False), speed_sigma=0.02)
+    s = Scheduler(flat(100.0, 0.1), default(future_weight=0.0), speed_sigma=0.02)
     s.offer(SchedRequest("edge", "t", 0.0, 1.0, 95, exact=True), 0.0)
     long = SchedRequest("long", "t", 0.0, 100.0, 500, exact=True)
     assert admitted(s.offer(long, 0.0)) == []
     # Without the running requests' loss it would have gone in at once.
-    s2 = Scheduler(flat(100.0, 0.1), default(future=False, gain=False), speed_sigma=0.02)
+    s2 = Scheduler(flat(100.0, 0.1), default(future_weight=0.0, gain=False), speed_sigma=0.02)
     s2.offer(SchedRequest("edge", "t", 0.0, 1.0, 95, exact=True), 0.0)
     assert admitted(s2.offer(SchedRequest("long", "t", 0.0, 100.0, 500, exact=True), 0.0))
+
+
+def short_stream(s: Scheduler, short: TaskType) -> float:
+    """Five seconds of twenty ``short`` requests a second, each done 0.2 s after it
+    started: returns the time of the last arrival."""
+    now = 0.0
+    for i in range(100):
+        now = i * 0.05
+        s.offer(request_for(short, id=f"s{i}", arrival=now, max_tokens=64, lengths=s.lengths), now)
+        for r in s.running():
+            if r.admitted_at is not None and now - r.admitted_at > 0.2:
+                s.finish(r.id, now, 20)
+    return now
 
 
 def test_under_a_stream_of_short_requests_a_long_one_waits_and_short_ones_do_not():
@@ -187,21 +200,34 @@ def test_under_a_stream_of_short_requests_a_long_one_waits_and_short_ones_do_not
     long = task("long", 2000, 600.0, cap=4096)
     speed = flat(100.0, 0.02)
     s = Scheduler(speed, default(), tasks=[short, long], speed_sigma=0.05)
-    now = 0.0
-    for i in range(100):
-        now = i * 0.05
-        s.offer(request_for(short, id=f"s{i}", arrival=now, max_tokens=64, lengths=s.lengths), now)
-        for r in s.running():
-            if r.admitted_at is not None and now - r.admitted_at > 0.2:
-                s.finish(r.id, now, 20)
+    now = short_stream(s, short)
     w = request_for(long, id="long", arrival=now, max_tokens=4096, lengths=s.lengths)
     assert admitted(s.offer(w, now)) == []
     n = request_for(short, id="next", arrival=now, max_tokens=64, lengths=s.lengths)
     assert admitted(s.offer(n, now)) == ["next"]
     # Without the cost to those still to come it goes in at once.
-    s2 = Scheduler(speed, default(future=False), tasks=[short, long], speed_sigma=0.05)
+    s2 = Scheduler(speed, default(future_weight=0.0), tasks=[short, long], speed_sigma=0.05)
     w2 = request_for(long, id="long", arrival=0.0, max_tokens=4096, lengths=s2.lengths)
     assert admitted(s2.offer(w2, 0.0)) == ["long"]
+
+
+@pytest.mark.parametrize(("weight", "runs"), [(1.0, False), (0.5, True), (0.0, True)])
+def test_the_future_weight_scales_what_those_still_to_come_lose(weight: float, runs: bool):
+    # A 1,000-token answer (10 s alone) among twenty short requests a second: the loss
+    # expected of those arriving while it runs holds it back at the full weight; half of
+    # it, or none, lets it in.
+    short = task("short", 20, 0.25, cap=64)
+    long = task("long", 1000, 600.0, cap=4096)
+    s = Scheduler(flat(100.0, 0.02), default(future_weight=weight), tasks=[short, long])
+    now = short_stream(s, short)
+    w = request_for(long, id="long", arrival=now, max_tokens=4096, lengths=s.lengths)
+    assert admitted(s.offer(w, now)) == (["long"] if runs else [])
+
+
+def test_a_future_weight_outside_0_to_1_is_refused():
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="future_weight must be within"):
+            default(future_weight=bad)
 
 
 def test_the_fastest_request_seen_bounds_f1_from_below():

@@ -43,7 +43,7 @@ def test_the_presets_are_the_paper_and_the_closed_loop_default():
     assert PRESETS["paper"] == Policy()
     closed = Policy.named("closed-loop")
     assert (closed.order, closed.protection, closed.decide) == ("deadline", "none", "chance")
-    assert closed.calibrate and closed.learn_lengths and closed.gain and closed.future
+    assert closed.calibrate and closed.learn_lengths and closed.gain and closed.future_weight == 1.0
     mean = Policy.named("mean")
     assert (mean.order, mean.protection, mean.lpq, mean.decide) == (
         "deadline",

@@ -48,7 +48,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "chance": {"decide": "chance"},
     "by_mean": {"decide": "mean"},
     "no_gain": {"gain": False},
-    "no_future": {"future": False},
+    "no_future": {"future_weight": 0.0},
+    "half_future": {"future_weight": 0.5},
     "no_late": {"late_value": 0.0},
     **{name: dataclasses.asdict(policy) for name, policy in PRESETS.items()},
 }

@@ -321,6 +321,7 @@ class GatewayConfig(BaseModel):
     demote_below: float | None = Field(default=None, ge=0.0, lt=1.0)
     refuse_below: float | None = Field(default=None, ge=0.0, lt=1.0)
     late_value: float | None = Field(default=None, ge=0.0, lt=1.0)
+    future_weight: float | None = Field(default=None, ge=0.0, le=1.0)
     max_concurrency: int | None = Field(
         default=256, ge=1, description="most sequences at the backend (n x prompts of each)"
     )

@@ -222,7 +222,7 @@ class Scheduler(Placing):
         quiet = budget = None
         if self.queued():
             budget = self.budget_due()
-            if self.policy.decide == "chance" and self.policy.future:
+            if self.policy.decide == "chance" and self.policy.future_weight:
                 quiet = self._arrivals.quiet_at()
         times = [
             t

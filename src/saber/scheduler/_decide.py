@@ -207,7 +207,7 @@ class Decide(Bookkeeping):
         if not self._load:
             return lambda r: self._earliest(r, now, speed, None, [])
         running = self._exposure(now, 1) if self.policy.gain else None
-        future = self._future(now, speed) if self.policy.future else []
+        future = self._future(now, speed) if self.policy.future_weight else []
         # Costs of nothing leave a busy engine to requests with a chance of their SLA;
         # best effort (credit) runs at no cost whatever its chance.
         floor = 0.0 if credit else CHANCE_STEP
@@ -217,7 +217,7 @@ class Decide(Bookkeeping):
         """The requests still to come, as (rate x chance each loses to one more
         sequence, how long each runs) per task of the recent mix: one more sequence
         slows every one that arrives while it runs, for as long as both run."""
-        rate = self._arrivals.rate(now) / self._arrival_share
+        rate = self._arrivals.rate(now) / self._arrival_share * self.policy.future_weight
         if rate <= 0:
             return []
         v2 = self.predicted_speed(self._load + 2)

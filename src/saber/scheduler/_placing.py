@@ -62,7 +62,7 @@ class Placing(Decide):
         if not self._load or self.policy.decide != "chance":
             return chance
         running = self._exposure(now, 1) if self.policy.gain else None
-        future = self._future(now, speed) if self.policy.future else []
+        future = self._future(now, speed) if self.policy.future_weight else []
         return chance - self._cost(req, speed, running, future) * req.seqs
 
     def set_arrival_share(self, share: float) -> None:

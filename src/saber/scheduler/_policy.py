@@ -22,12 +22,13 @@ class Policy:
     model's measured spread (``saber.scheduler._chance``, docs/admission.md). A
     waiting request is admitted, most urgent first, while its chance at f(L + 1)
     clears what one more sequence costs the running requests (``gain``) and those
-    arriving while it runs (``future``), in requests on schedule; it is demoted once
-    its chance even at f(1) is below ``demote_below``, and rejected once its chance
-    of finishing within ``useful_s`` is below ``refuse_below``. Demoted requests run
-    while none of the HPQ waits and they cost less than ``late_value`` more than
-    they may still win: what a late answer is worth against one on time. Whatever
-    the predictions, an engine with nothing running is given a waiting request.
+    arriving while it runs (the share ``future_weight`` of their loss: 0..1), in
+    requests on schedule; it is demoted once its chance even at f(1) is below
+    ``demote_below``, and rejected once its chance of finishing within ``useful_s`` is
+    below ``refuse_below``. Demoted requests run while none of the HPQ waits and they
+    cost less than ``late_value`` more than they may still win: what a late answer is
+    worth against one on time. Whatever the predictions, an engine with nothing
+    running is given a waiting request.
 
     With ``decide="mean"``: ``order``, which waiting request is admitted:
     ``"random"``, the paper: the first that passes among ``window_size`` requests
@@ -58,7 +59,7 @@ class Policy:
     demote_below: float = 0.1
     refuse_below: float = 0.02
     gain: bool = True
-    future: bool = True
+    future_weight: float = 1.0
     late_value: float = 0.05
     max_concurrency: int | None = None
     queue_cap: int | None = None
@@ -81,6 +82,8 @@ class Policy:
         for name in ("demote_below", "refuse_below", "late_value"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be within [0, 1)")
+        if not 0.0 <= self.future_weight <= 1.0:
+            raise ValueError("future_weight must be within [0, 1]")
 
     @classmethod
     def named(cls, name: str, **overrides: Any) -> Policy:
