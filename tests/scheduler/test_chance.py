@@ -268,14 +268,7 @@ def test_a_request_held_for_those_still_to_come_passes_once_arrivals_fall_quiet(
     short = task("short", 20, 0.25, cap=64)
     long = task("long", 2000, 600.0, cap=4096)
     s = Scheduler(flat(100.0, 0.02), default(), tasks=[short, long], speed_sigma=0.05)
-    now = 0.0
-    for i in range(100):
-        now = i * 0.05
-        s.offer(request_for(short, id=f"s{i}", arrival=now, max_tokens=64, lengths=s.lengths), now)
-        for r in s.running():
-            if r.admitted_at is not None and now - r.admitted_at > 0.2:
-                s.finish(r.id, now, 20)
-    last = now
+    now = last = short_stream(s, short)
     w = request_for(long, id="long", arrival=now, max_tokens=4096, lengths=s.lengths)
     assert admitted(s.offer(w, now)) == []
     for r in s.running():  # the short ones end; one long-running request stays
