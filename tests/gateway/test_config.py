@@ -244,6 +244,7 @@ def test_forward_priority_per_backend(tmp_path: Path) -> None:
     backends = load_gateway_config(path, env={}).backend_list()
     values = [x.settings.forward_priority for x in backends]
     assert values == ["auto", False, True, True, False]
-    path.write_text("backends: [{url: 'http://a:1', forward_priority: 2}]\n")
-    with pytest.raises(ConfigError, match=r"backends\.0\.forward_priority: expected true"):
-        load_gateway_config(path, env={})
+    for bad in ("2", "[1]", "1.0"):
+        path.write_text(f"backends: [{{url: 'http://a:1', forward_priority: {bad}}}]\n")
+        with pytest.raises(ConfigError, match=r"backends\.0\.forward_priority: expected true"):
+            load_gateway_config(path, env={})

@@ -102,15 +102,11 @@ _BOOL_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0", "t
 
 
 def _forward_priority(value: object) -> object:
-    """``true``, ``false`` or ``auto`` in any case, a boolean word, or YAML's 1 or 0 (as
-    every other boolean setting takes them); else one clear error rather than pydantic's
-    two (one per member of the union)."""
-    if isinstance(value, str):
-        value = value.strip().lower()
-    if isinstance(value, bool) or value == "auto" or value in _BOOL_WORDS:
-        return value
-    if type(value) is int and value in (0, 1):
-        return bool(value)
+    """``auto`` or a boolean (a word in any case, or YAML's true, 1, 0...); else one clear
+    error rather than pydantic's two (one per member of the union)."""
+    word = str(value).strip().lower() if isinstance(value, str | int) else None
+    if word is not None and (word == "auto" or word in _BOOL_WORDS):
+        return word
     raise ValueError(f"expected true, false or auto, got {value!r}")
 
 
