@@ -38,7 +38,7 @@ def test_profile_written_loaded_and_used_by_the_gateway(
     profile = load_profile(out)
     assert profile.backend.kind == "sim" and profile.backend.url == fast_sim.api_url
     assert profile.model.name == fast_sim.model
-    assert profile.points.count == 32 and profile.samples is not None
+    assert profile.samples is not None
     assert profile.profiling is not None
     assert profile.profiling.source == "workload W2"
     assert profile.profiling.levels == [1, 2, 4, 8]
@@ -46,18 +46,28 @@ def test_profile_written_loaded_and_used_by_the_gateway(
     assert {fit.kind for fit in profile.profiling.fits} >= {"usl", "linear"}
     assert profile.kind == profile.profiling.fits[0].kind
     assert profile.profiling.fits[0].level_r2 is not None
-    assert profile.ttft_fit is not None and profile.ttft_fit.n == 32
+    assert profile.ttft_fit is not None
     assert profile.speed_model().predict(1.0) > profile.speed_model().predict(8.0)
     assert plot.read_bytes().startswith(PNG)
 
     # The points file holds the run, every request (warm-up flagged) and each level's end.
     recorded = read_points(points_path(out))
     assert recorded.settings["model"] == fast_sim.model
-    assert [recorded.measured(level) for level in (1, 2, 4, 8)] == [8, 8, 8, 8]
-    # The first L requests of each visit to a level are warm-up (two rounds; a long one may
-    # be cut off by the end).
-    assert 8 <= sum(p.warmup for p in recorded.points) <= 2 * (1 + 2 + 4 + 8)
-    assert {p.round for p in recorded.points} == {0, 1} and not recorded.dropped
+    # Two rounds of 4 points a level. A level whose rounds disagree (a busy machine) is
+    # visited again and says so; its outlying rounds are left out of the fit.
+    visits = {(p.level, p.round) for p in recorded.points}
+    assert {r for _, r in visits} >= {0, 1}
+    fitted = len(recorded.fit_points())
+    assert profile.points.count == fitted and profile.ttft_fit.n == fitted
+    if {r for _, r in visits} == {0, 1}:
+        assert [recorded.measured(level) for level in (1, 2, 4, 8)] == [8, 8, 8, 8]
+        assert fitted == 32 and not recorded.dropped
+    else:
+        assert "rounds disagree" in err
+        assert all(recorded.measured(level) >= 8 for level in (1, 2, 4, 8))
+    # The first L requests of each visit to a level are warm-up (a long one may be cut off
+    # by the end).
+    assert 8 <= sum(p.warmup for p in recorded.points) <= sum(level for level, _ in visits)
     assert sorted(recorded.ended) == [1, 2, 4, 8]
     assert all(p.output_tokens == p.max_tokens for p in recorded.points)
 
