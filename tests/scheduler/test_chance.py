@@ -279,3 +279,21 @@ def test_a_request_held_for_those_still_to_come_passes_once_arrivals_fall_quiet(
     assert wake is not None and last < wake <= last + 10.0 + 1e-9
     assert admitted(s.poll(wake)) == ["long"]
     assert s.next_wakeup() is None  # nothing waits: no timer
+
+
+def test_a_request_that_no_check_passed_passes_once_its_task_is_learned_shorter():
+    # A full engine (f(10) = 18 tok/s) and a request of 300 expected tokens due in 4 s:
+    # it could finish at f(1), so it waits in the HPQ, but not at f(10), so rounds that
+    # change nothing skip its check. The learned lengths change nothing else (a pool's
+    # other backends teach them too): once they say the task is short, it goes in.
+    gen = task("gen", 300, 4.0)
+    s = Scheduler(flat(100.0, 0.5), default(future_weight=0.0), tasks=[gen])
+    for i in range(9):
+        s.offer(SchedRequest(f"run{i}", "t", 0.0, 1e6, 10, exact=True), 0.0)
+    w = request_for(gen, id="w", arrival=0.0, max_tokens=1024, lengths=s.lengths)
+    assert admitted(s.offer(w, 0.0)) == [] and s.load == 9
+    assert admitted(s.poll(0.1)) == [] and admitted(s.poll(0.2)) == []
+    assert s.is_queued("w") and w.tier is Tier.HIGH  # not demoted
+    for _ in range(300):
+        s.lengths.observe("gen", 10)
+    assert admitted(s.poll(0.2)) == ["w"]

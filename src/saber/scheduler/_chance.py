@@ -159,17 +159,22 @@ def running_chance(
     """P(what is left of each running request is made within its ``budget`` (speed x
     time left)), elementwise: its length conditioned on the ``produced`` tokens it has
     made, at most ``limit`` (its cap), with the speed's spread ``sigma``. Without a
-    distribution (``est`` None) the remainder ``expected`` is taken as certain."""
+    distribution (``est`` None) the remainder ``expected`` is taken as certain.
+    ``budget`` may hold a row per speed (shape (k, n)): each row is judged alike."""
     out = np.zeros_like(budget, dtype=float)
+    if est is None:
+        assert expected is not None
+        end = produced + expected
+    else:
+        before = est.cdf(produced)
+        alive = 1.0 - before
+        live = alive > 1e-12
+        alive = np.where(live, alive, 1.0)
     for z, w in _QUADRATURE:
         reach = produced + budget * math.exp(sigma * z)
         if est is None:
-            assert expected is not None
-            done = (reach >= produced + expected).astype(float)
+            done = (reach >= end).astype(float)
         else:
-            before = est.cdf(produced)
-            alive = 1.0 - before
-            with np.errstate(invalid="ignore", divide="ignore"):
-                done = np.where(alive > 1e-12, (est.cdf(reach) - before) / alive, 1.0)
+            done = np.where(live, (est.cdf(reach) - before) / alive, 1.0)
         out += w * np.where(reach >= limit, 1.0, done)
     return np.where(budget > 0, out, 0.0)

@@ -1,10 +1,10 @@
 """The decision rule: when a waiting request is admitted, demoted or expired.
 
-This part of ``Scheduler`` is Algorithm 1 and what replaced its mean: the chance that
-a request finishes in time (its need at a chance, the earliest deadline that passes
-at f(L + 1)), what one more sequence costs the running requests and those still to
-come (``_exposure``, ``_future``), the paper's protection of running requests, and
-the demotion and expiry times, rebuilt when the speed or the needs move.
+This part of ``Scheduler`` is Algorithm 1 and what replaced its mean: a request's
+chance of finishing in time (its need at a chance, the earliest deadline that passes
+at f(L + 1)) against what one more sequence costs (``saber.scheduler._costs``), the
+paper's protection of running requests, and the demotion and expiry times, rebuilt
+when the speed or the needs move.
 """
 
 from __future__ import annotations
@@ -16,34 +16,31 @@ from collections.abc import Callable
 
 import numpy as np
 
-from saber.scheduler._arrivals import Arrivals
-from saber.scheduler._bookkeeping import Bookkeeping
-from saber.scheduler._chance import Needs, running_chance
+from saber.scheduler._costs import Costs
 from saber.scheduler._outcome import Outcome
 from saber.scheduler._queues import TaskQueues
-from saber.scheduler._request import MAX_TOKENS, Action, Decision, Kind, SchedRequest, Tier
+from saber.scheduler._request import Action, Decision, Kind, SchedRequest, Tier
 from saber.scheduler._speed_model import REBUILD_AT
 
 CHANCE_STEP = 0.02
 """The admission threshold is rounded up to this, so its quantiles are cached."""
 
 
-class Decide(Bookkeeping):
+class Decide(Costs):
     """Admission, demotion and expiry, from the chance of finishing in time or the mean.
 
     A mixin of ``Scheduler``, whose ``__init__`` sets the state declared here.
     """
 
-    needs: Needs
     _kinds: dict[str, str]  # task -> the SLA kind its requests carry
     _rng: random.Random
-    _arrivals: Arrivals
-    _arrival_share: float  # of the requests arriving for this backend, those seen here
     _built_needs: dict[Kind, float]  # kind -> need when timed
     # Lazy min-heaps: stale entries are skipped when they surface.
     _demote_at: list[tuple[float, str]]
     _expire_at: list[tuple[float, str]]
     _last_protected: float
+    # What the cheapest check read when it last found nothing (``_next_passing``).
+    _none_cheap: tuple[tuple[object, ...], float] | None
     paused: bool  # admit nothing here: a pool's backend out of service (Scheduler)
 
     # -- when a waiting request is due -----------------------------------
@@ -56,15 +53,6 @@ class Decide(Bookkeeping):
             return req.deadline - self._need(req, self.policy.demote_below) / self.max_speed
         # required speed tokens / (deadline - t) reaches f(1) at this t.
         return req.deadline - req.tokens / self.max_speed
-
-    def _need(self, req: SchedRequest, p: float) -> float:
-        """The work (tokens at the predicted speed) ``req`` needs to finish in time with
-        chance ``p``: a quantile of its effective length (``saber.scheduler._chance``)."""
-        return self.needs.tokens(req.kind, self.lengths.estimate(req.task), p, self._sigma)
-
-    def _chance(self, req: SchedRequest, budget: float) -> float:
-        """P(``req`` finishes in time) with ``budget`` = speed x time left."""
-        return self.needs.chance(req.kind, self.lengths.estimate(req.task), budget, self._sigma)
 
     def chance_of(self, req: SchedRequest, now: float, load: float) -> float:
         """P(``req`` finishes by its deadline) if it ran from ``now`` at the calibrated
@@ -101,6 +89,7 @@ class Decide(Bookkeeping):
         return req.arrival + task.useful_s - need / self.max_speed
 
     def _rebuild_times(self) -> None:
+        self._none_cheap = None  # the speed model, the tasks or the needs changed
         self._times_f1 = self.max_speed
         self._built_needs = {}
         if self.policy.decide == "chance":
@@ -187,14 +176,23 @@ class Decide(Bookkeeping):
     def _next_passing(self, queue: TaskQueues, now: float, credit: float) -> SchedRequest | None:
         """The most urgent request of ``queue`` whose chance at f(L + 1), plus
         ``credit``, clears what it costs. The costs (O(running)) are only computed when
-        some request could pass were they small."""
+        some request could pass were they small. The check for that is skipped while
+        nothing it reads has changed since it last found none: each kind's earliest
+        deadline then only moves on with ``now``, so none would pass still (the
+        rounds of a full engine with a long queue)."""
         speed = self.predicted_speed(self._load + 1)
         if self._load and credit < CHANCE_STEP:
+            lengths = self.lengths.version
+            state = (id(queue), queue.version, self.load, speed, credit, self._sigma, lengths)
+            last = self._none_cheap
+            if last is not None and last[0] == state and now >= last[1]:
+                return None
             least = CHANCE_STEP - credit  # the cost of the cheapest request one could admit
             cheapest = queue.most_urgent_passing(
                 lambda r: self._earliest(r, now, speed, None, [], -least)
             )
             if cheapest is None:
+                self._none_cheap = (state, now)
                 return None
         return queue.most_urgent_passing(self._earliest_rule(now, speed, credit))
 
@@ -212,25 +210,6 @@ class Decide(Bookkeeping):
         # best effort (credit) runs at no cost whatever its chance.
         floor = 0.0 if credit else CHANCE_STEP
         return lambda r: self._earliest(r, now, speed, running, future, credit, floor)
-
-    def _future(self, now: float, speed: float) -> list[tuple[float, float]]:
-        """The requests still to come, as (rate x chance each loses to one more
-        sequence, how long each runs) per task of the recent mix: one more sequence
-        slows every one that arrives while it runs, for as long as both run."""
-        rate = self._arrivals.rate(now) / self._arrival_share * self.policy.future_weight
-        if rate <= 0:
-            return []
-        v2 = self.predicted_speed(self._load + 2)
-        out = []
-        for task, share in self._arrivals.mix(now).items():
-            probe = self._arrivals.last.get(task)
-            if probe is None or probe.sla_kind != "e2e":
-                continue
-            sla = probe.deadline - probe.arrival
-            lost = self._chance(probe, speed * sla) - self._chance(probe, v2 * sla)
-            if lost > 0:
-                out.append((rate * share * lost, probe.tokens / speed))
-        return out
 
     def _earliest(
         self,
@@ -257,26 +236,6 @@ class Decide(Bookkeeping):
         p = math.ceil(p / CHANCE_STEP) * CHANCE_STEP
         return now + self._need(req, p) / speed
 
-    @staticmethod
-    def _cost(
-        req: SchedRequest,
-        speed: float,
-        running: tuple[np.ndarray, np.ndarray] | None,
-        future: list[tuple[float, float]],
-        start: float = 0.0,
-    ) -> float:
-        """``start`` plus what one sequence of ``req`` running at ``speed`` costs, in
-        requests on schedule: the loss ``running`` to the running requests and that to
-        the requests arriving while it runs (``future``)."""
-        runs = req.tokens / speed
-        p = start
-        if running is not None and running[0].size:
-            lost, left = running
-            p += float(np.sum(lost * np.minimum(1.0, runs / left)))
-        for share, d in future:
-            p += share * (runs - d / 2 if d <= runs else runs * runs / (2 * d))
-        return p
-
     def _worth(self, req: SchedRequest, now: float) -> bool:
         """A request of several sequences, judged at the load it brings."""
         speed = self.predicted_speed(self._load + req.seqs)
@@ -284,58 +243,6 @@ class Decide(Bookkeeping):
         floor = self.policy.demote_below
         loss = self._loss(now, req.seqs) if self.policy.gain and self._load else 0.0
         return chance >= max(floor, loss)
-
-    def _loss(self, now: float, extra: int, runs: float = math.inf) -> float:
-        """Requests on schedule that ``extra`` more sequences, running ``runs`` seconds,
-        are expected to cost the running ones (``_exposure``)."""
-        lost, left = self._exposure(now, extra)
-        return float(np.sum(lost * np.minimum(1.0, runs / left))) if lost.size else 0.0
-
-    def _exposure(self, now: float, extra: int) -> tuple[np.ndarray, np.ndarray]:
-        """What ``extra`` more sequences would cost each running HPQ request: its chance
-        at f(L) less its chance at f(L + extra), were they to run until its deadline,
-        and the seconds to its deadline. A newcomer that ends sooner costs that share
-        of it: the requests it can cost are those finishing about at their deadline."""
-        empty = np.zeros(0)
-        v0 = self.predicted_speed(self._load)
-        v1 = self.predicted_speed(self._load + extra)
-        if v1 >= v0 or not self._load:
-            return empty, empty
-        rows: dict[tuple[str, bool], list[tuple[float, float, float, float]]] = {}
-        clock = self._clock_now(now)
-        cal = self.calibration
-        learned: dict[str, bool] = {}
-        at_admit = self._at_admit
-        high, e2e = Tier.HIGH, "e2e"
-        for req in self._running.values():
-            left = req.deadline - now
-            if req.tier is not high or req.sla_kind != e2e or left <= 0:
-                continue
-            generated = req.generated
-            made = max(
-                float(generated) if generated is not None else cal * (clock - at_admit[req.id][0]),
-                0.0,
-            )
-            known = learned.get(req.task)
-            if known is None:
-                known = learned[req.task] = self.lengths.estimate(req.task) is not None
-            exact = req.exact or not known
-            limit = float(req.tokens if req.exact else req.cap or MAX_TOKENS)
-            rows.setdefault((req.task, exact), []).append(
-                (made, limit, left, max(req.tokens - made, 1.0))
-            )
-        lost, lefts = [], []
-        sigma = self._cal.sigma
-        for (task, exact), group in rows.items():
-            made_a, limit_a, left_a, rest_a = np.array(group, dtype=float).T
-            est = None if exact else self.lengths.estimate(task)
-            before = running_chance(est, made_a, limit_a, v0 * left_a, sigma, rest_a)
-            after = running_chance(est, made_a, limit_a, v1 * left_a, sigma, rest_a)
-            lost.append(before - after)
-            lefts.append(left_a)
-        if not lost:
-            return empty, empty
-        return np.concatenate(lost), np.concatenate(lefts)
 
     # -- decisions from the mean (the paper's, and the closed loop's) ------
 

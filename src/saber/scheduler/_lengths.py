@@ -202,6 +202,11 @@ class TaskLengths:
             return max(tokens - produced, 1.0)
         return est.remaining(produced, cap)
 
+    @property
+    def version(self) -> int:
+        """Moves whenever any task's learned lengths change."""
+        return sum(e.version for e in self._est.values())
+
     def estimate(self, task: str) -> LengthEstimate | None:
         """The task's learned lengths; None when lengths are not learned."""
         return self._est.get(task)

@@ -26,6 +26,7 @@ class TaskQueues:
         # A kind of request (``SchedRequest.kind``) -> deadlines in order, and the ids in
         # the same order.
         self._groups: dict[Kind, tuple[list[float], list[str]]] = {}
+        self.version = 0  # moves with every push and removal
 
     def __len__(self) -> int:
         return len(self._where)
@@ -34,6 +35,7 @@ class TaskQueues:
         return req_id in self._where
 
     def push(self, req: SchedRequest) -> None:
+        self.version += 1
         queue = self._by_task.setdefault(req.task, OrderedDict())
         queue[req.id] = req
         # A request can be offered after one that arrived later (its body took longer
@@ -58,6 +60,7 @@ class TaskQueues:
         task = self._where.pop(req_id, None)
         if task is None:
             return None
+        self.version += 1
         req = self._by_task[task].pop(req_id)
         key = req.kind
         deadlines, ids = self._groups[key]
