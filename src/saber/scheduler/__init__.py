@@ -9,7 +9,6 @@ settings become a policy; ``PRESETS`` names the paper's and the default.
 
 from saber.scheduler._core import Observation, Scheduler, SpeedFn, TTFTFn
 from saber.scheduler._lengths import LengthEstimate, TaskLengths
-from saber.scheduler._outcome import Outcome
 from saber.scheduler._policy import PRESETS, Policy
 from saber.scheduler._pool import (
     PLACEMENTS,
@@ -23,6 +22,7 @@ from saber.scheduler._request import (
     MAX_TOKENS,
     Action,
     Decision,
+    Outcome,
     SchedRequest,
     Tier,
     request_for,

@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from saber.scheduler._outcome import Outcome
 from saber.scheduler._queues import TaskQueues
-from saber.scheduler._request import MAX_TOKENS, Action, Decision, SchedRequest, Tier
+from saber.scheduler._request import MAX_TOKENS, Action, Decision, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import SpeedModel
 
 _FREE_GRID = np.concatenate(([0.0], np.geomspace(0.005, 3600.0, 160)))

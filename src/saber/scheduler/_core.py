@@ -25,11 +25,10 @@ from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._calibration import Calibration, Observation
 from saber.scheduler._chance import Needs, rounded_sigma
 from saber.scheduler._lengths import TaskLengths
-from saber.scheduler._outcome import Outcome
 from saber.scheduler._placing import Placing
 from saber.scheduler._policy import Policy
 from saber.scheduler._queues import TaskQueues
-from saber.scheduler._request import Action, Decision, Kind, SchedRequest, Tier
+from saber.scheduler._request import Action, Decision, Kind, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import SpeedFn, TTFTFn
 
 __all__ = ["Observation", "Scheduler", "SpeedFn", "TTFTFn"]

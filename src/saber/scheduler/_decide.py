@@ -17,9 +17,8 @@ from collections.abc import Callable
 import numpy as np
 
 from saber.scheduler._costs import Costs
-from saber.scheduler._outcome import Outcome
 from saber.scheduler._queues import TaskQueues
-from saber.scheduler._request import Action, Decision, Kind, SchedRequest, Tier
+from saber.scheduler._request import Action, Decision, Kind, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import REBUILD_AT
 
 CHANCE_STEP = 0.02

@@ -36,9 +36,8 @@ from typing import Literal
 from saber.config import TaskType
 from saber.scheduler._core import Scheduler
 from saber.scheduler._lengths import TaskLengths
-from saber.scheduler._outcome import Outcome
 from saber.scheduler._policy import Policy
-from saber.scheduler._request import Action, Decision, SchedRequest, Tier
+from saber.scheduler._request import Action, Decision, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import SpeedFn, TTFTFn
 
 Placement = Literal["chance", "round-robin", "least-loaded"]
