@@ -213,11 +213,12 @@ def test_under_a_stream_of_short_requests_a_long_one_waits_and_short_ones_do_not
 
 @pytest.mark.parametrize(("weight", "runs"), [(1.0, False), (0.5, True), (0.0, True)])
 def test_the_future_weight_scales_what_those_still_to_come_lose(weight: float, runs: bool):
-    # A 1,000-token answer (10 s alone) among twenty short requests a second: the loss
-    # expected of those arriving while it runs holds it back at the full weight; half of
-    # it, or none, lets it in.
+    # A 1,000-token answer (10 s alone, due in 12: no time to spare, so holding it back
+    # would give it up) among twenty short requests a second: the loss expected of those
+    # arriving while it runs holds it back at the full weight; half of it, or none, lets
+    # it in.
     short = task("short", 20, 0.25, cap=64)
-    long = task("long", 1000, 600.0, cap=4096)
+    long = task("long", 1000, 12.0, cap=4096)
     s = Scheduler(flat(100.0, 0.02), default(future_weight=weight), tasks=[short, long])
     now = short_stream(s, short)
     w = request_for(long, id="long", arrival=now, max_tokens=4096, lengths=s.lengths)

@@ -1,5 +1,5 @@
-"""How fast requests arrive lately, and of which kinds: what one more running request
-would cost the requests still to come."""
+"""How fast requests arrive lately, of which kinds, and for how long they have been
+coming: what one more running request would cost the requests still to come."""
 
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ within a few seconds; it measures the clients, not the engine."""
 RECENT = 16
 """The last this many arrivals bound the rate from above."""
 
+SHORTEST_S = 0.05
+"""The shortest span a rate is taken over: a guard against dividing by nothing at a
+run's first arrival. What the requests still to come cost grows only with the log of
+1 / this (``saber.scheduler._costs``), so its value barely matters, on any engine."""
+
 
 class Arrivals:
     """Recent arrivals: their rate, each task's share of them, and the last request of
@@ -27,15 +32,15 @@ class Arrivals:
         self._seen: deque[tuple[float, str, int]] = deque()
         self._counts: dict[str, int] = {}
         self.last: dict[str, SchedRequest] = {}
-        self._first: float | None = None
+        self._since = 0.0  # when the current run of arrivals began
 
     def observe(self, req: SchedRequest, now: float) -> None:
-        if self._first is None:
-            self._first = now
+        self.expire(now)
+        if not self._seen:  # the first arrival since the window last emptied
+            self._since = now
         self._seen.append((now, req.task, req.seqs))
         self._counts[req.task] = self._counts.get(req.task, 0) + req.seqs
         self.last[req.task] = req
-        self.expire(now)
 
     def expire(self, now: float) -> None:
         """Forget the arrivals that have left the window (at ``quiet_at``, the last)."""
@@ -46,16 +51,22 @@ class Arrivals:
             if not counts[task]:
                 del counts[task]
 
+    def age(self, now: float) -> float:
+        """How long the current run of arrivals has lasted: since the first arrival
+        after the window last emptied. Arrivals that have lasted a seconds are taken to
+        last as long again, x more with chance a / (a + x) (``saber.scheduler._costs``):
+        a burst is likely to end soon, a stream that has run all day is not."""
+        return max(now - self._since, SHORTEST_S)
+
     def rate(self, now: float) -> float:
-        """Sequences per second over the window (or since the first arrival), and no
-        more than the last RECENT arrivals show up to now: once arrivals stop, the rate
-        falls as fast as it can be told apart from a pause."""
+        """Sequences per second over the current run of arrivals (at most the window),
+        and no more than the last RECENT arrivals show up to now: once arrivals stop,
+        the rate falls as fast as it can be told apart from a pause."""
         self.expire(now)
         seen = self._seen
-        if self._first is None or not seen:
+        if not seen:
             return 0.0
-        span = min(self.window_s, max(now - self._first, 1.0))
-        rate = sum(self._counts.values()) / span
+        rate = sum(self._counts.values()) / min(self.window_s, self.age(now))
         if len(seen) > RECENT:
             recent = sum(seqs for _, _, seqs in itertools.islice(reversed(seen), RECENT))
             rate = min(rate, recent / max(now - seen[-RECENT][0], 1e-3))

@@ -10,6 +10,7 @@ backend's.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,6 +18,42 @@ from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._bookkeeping import Bookkeeping
 from saber.scheduler._chance import Needs, running_chance
 from saber.scheduler._request import MAX_TOKENS, SchedRequest, Tier
+
+
+def overlap(age: float, runs: float, d: float, delay: float = 0.0) -> float:
+    """The arrivals a newcomer that starts in ``delay`` s and runs ``runs`` s is expected
+    to slow, per arrival a second, each counted by the share of its own run ``d`` that
+    both run: arrivals that have lasted ``age`` s go on x s more with chance
+    age / (age + x) (a run of arrivals is as likely to be half over as not). Were they
+    certain to go on, it would be runs - d / 2 (d <= runs) or runs^2 / 2d."""
+    a = age + delay
+    weight = age / a  # the chance that they are still coming when it starts
+    if d <= runs:
+        both = (
+            d * math.log((a + runs - d) / a)
+            + (runs + a) * math.log((a + runs) / (a + runs - d))
+            - d
+        )
+    else:
+        both = (runs + a) * math.log((a + runs) / a) - runs
+    return weight * a * both / d
+
+
+@dataclass(frozen=True, slots=True)
+class Future:
+    """The requests still to come: how long arrivals have lasted, and per task of the
+    recent mix (rate x chance each loses to one more sequence, how long each runs)."""
+
+    age: float
+    terms: tuple[tuple[float, float], ...] = ()
+
+    def loss(self, runs: float, delay: float = 0.0) -> float:
+        """Requests on schedule that a newcomer running ``runs`` s from ``delay`` s on
+        is expected to cost them."""
+        return sum(share * overlap(self.age, runs, d, delay) for share, d in self.terms)
+
+
+NO_FUTURE = Future(1.0)
 
 
 class Costs(Bookkeeping):
@@ -38,44 +75,48 @@ class Costs(Bookkeeping):
         """P(``req`` finishes in time) with ``budget`` = speed x time left."""
         return self.needs.chance(req.kind, self.lengths.estimate(req.task), budget, self._sigma)
 
-    def _future(self, now: float, speed: float) -> list[tuple[float, float]]:
-        """The requests still to come, as (rate x chance each loses to one more
-        sequence, how long each runs) per task of the recent mix: one more sequence
-        slows every one that arrives while it runs, for as long as both run."""
+    def _future(self, now: float, speed: float) -> Future:
+        """The requests still to come, per task of the recent mix: one more sequence
+        slows every one that arrives while it runs, for as long as both run, and
+        arrivals go on for about as long again as they have lasted."""
         rate = self._arrivals.rate(now) / self._arrival_share * self.policy.future_weight
         if rate <= 0:
-            return []
+            return NO_FUTURE
         v2 = self.predicted_speed(self._load + 2)
-        out = []
+        terms = []
         for task, share in self._arrivals.mix(now).items():
             probe = self._arrivals.last.get(task)
-            if probe is None or probe.sla_kind != "e2e":
+            if probe is None or probe.sla_kind != "e2e" or probe.tokens <= 0:
                 continue
             sla = probe.deadline - probe.arrival
             lost = self._chance(probe, speed * sla) - self._chance(probe, v2 * sla)
             if lost > 0:
-                out.append((rate * share * lost, probe.tokens / speed))
-        return out
+                terms.append((rate * share * lost, probe.tokens / speed))
+        return Future(self._arrivals.age(now), tuple(terms))
 
     @staticmethod
     def _cost(
         req: SchedRequest,
         speed: float,
         running: tuple[np.ndarray, np.ndarray] | None,
-        future: list[tuple[float, float]],
+        future: Future,
         start: float = 0.0,
+        delay: float = 0.0,
     ) -> float:
-        """``start`` plus what one sequence of ``req`` running at ``speed`` costs, in
-        requests on schedule: the loss ``running`` to the running requests and that to
-        the requests arriving while it runs (``future``)."""
+        """``start`` plus what one sequence of ``req`` running at ``speed`` from
+        ``delay`` s on costs, in requests on schedule: the loss ``running`` to the
+        running requests (those that end within the delay lose nothing) and that to the
+        requests arriving while it runs (``future``)."""
         runs = req.tokens / speed
         p = start
         if running is not None and running[0].size:
             lost, left = running
-            p += float(np.sum(lost * np.minimum(1.0, runs / left)))
-        for share, d in future:
-            p += share * (runs - d / 2 if d <= runs else runs * runs / (2 * d))
-        return p
+            if delay:
+                share = np.minimum(runs, np.maximum(left - delay, 0.0)) / left
+            else:
+                share = np.minimum(1.0, runs / left)
+            p += float(np.sum(lost * share))
+        return p + future.loss(runs, delay)
 
     def _loss(self, now: float, extra: int, runs: float = math.inf) -> float:
         """Requests on schedule that ``extra`` more sequences, running ``runs`` seconds,

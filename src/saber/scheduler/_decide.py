@@ -16,13 +16,19 @@ from collections.abc import Callable
 
 import numpy as np
 
-from saber.scheduler._costs import Costs
+from saber.scheduler._costs import NO_FUTURE, Costs, Future
 from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import Action, Decision, Kind, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import REBUILD_AT
 
 CHANCE_STEP = 0.02
-"""The admission threshold is rounded up to this, so its quantiles are cached."""
+"""The admission threshold is rounded up to this, so its quantiles are cached; a
+request passing now waits only if it is worth this much more later."""
+WAIT_SHARES = (0.125, 0.25, 0.5)
+"""A request that passes is weighed as if admitted after these shares of the time it has
+left (``_better_later``): shares of its own slack, so the same on any engine."""
+Running = tuple[np.ndarray, np.ndarray] | None
+"""What one more sequence costs each running request, and its seconds left (``_exposure``)."""
 
 
 class Decide(Costs):
@@ -188,43 +194,77 @@ class Decide(Costs):
                 return None
             least = CHANCE_STEP - credit  # the cost of the cheapest request one could admit
             cheapest = queue.most_urgent_passing(
-                lambda r: self._earliest(r, now, speed, None, [], -least)
+                lambda r: self._earliest(r, now, speed, None, NO_FUTURE, -least)
             )
             if cheapest is None:
                 self._none_cheap = (state, now)
                 return None
-        return queue.most_urgent_passing(self._earliest_rule(now, speed, credit))
+        if not self._load or credit:
+            return queue.most_urgent_passing(self._earliest_rule(now, speed, credit))
+        costs = self._costs_now(now, speed)
+        req = queue.most_urgent_passing(self._earliest_rule(now, speed, credit, costs))
+        if req is not None and self._better_later(req, now, speed, *costs):
+            return None
+        return req
+
+    def _costs_now(self, now: float, speed: float) -> tuple[Running, Future]:
+        """What one more sequence costs the running requests and those to come (once a
+        round: O(running))."""
+        running = self._exposure(now, 1) if self.policy.gain else None
+        future = self._future(now, speed) if self.policy.future_weight else NO_FUTURE
+        return running, future
 
     def _earliest_rule(
-        self, now: float, speed: float, credit: float
+        self,
+        now: float,
+        speed: float,
+        credit: float,
+        costs: tuple[Running, Future] | None = None,
     ) -> Callable[[SchedRequest], float]:
         """The earliest deadline with which a waiting request passes now, as a function
         of the request, its costs to the running requests and those to come computed
-        once (O(running))."""
+        once (``costs``, else here)."""
         if not self._load:
-            return lambda r: self._earliest(r, now, speed, None, [])
-        running = self._exposure(now, 1) if self.policy.gain else None
-        future = self._future(now, speed) if self.policy.future_weight else []
+            return lambda r: self._earliest(r, now, speed, None, NO_FUTURE)
+        running, future = costs or self._costs_now(now, speed)
         # Costs of nothing leave a busy engine to requests with a chance of their SLA;
         # best effort (credit) runs at no cost whatever its chance.
         floor = 0.0 if credit else CHANCE_STEP
         return lambda r: self._earliest(r, now, speed, running, future, credit, floor)
+
+    def _better_later(
+        self, req: SchedRequest, now: float, speed: float, running: Running, future: Future
+    ) -> bool:
+        """Whether ``req``, which passes now, is worth more admitted a while later: a
+        hold is a delay, not a sacrifice, when the request keeps its chance while the
+        running requests it would slow move on and fewer arrivals remain (a long answer
+        with time to spare, in a burst of short ones). Its worth, chance less cost, is
+        weighed after each share WAIT_SHARES of the time it has left."""
+        slack = req.deadline - now
+        if req.sla_kind != "e2e" or slack <= 0:
+            return False
+
+        def worth(delay: float) -> float:
+            chance = self._chance(req, speed * (slack - delay)) ** req.seqs
+            return chance - self._cost(req, speed, running, future, delay=delay) * req.seqs
+
+        now_worth = worth(0.0) + CHANCE_STEP
+        return any(worth(slack * share) > now_worth for share in WAIT_SHARES)
 
     def _earliest(
         self,
         req: SchedRequest,
         now: float,
         speed: float,
-        running: tuple[np.ndarray, np.ndarray] | None,
-        future: list[tuple[float, float]],
+        running: Running,
+        future: Future,
         credit: float = 0.0,
         floor: float = 0.0,
     ) -> float:
         """The earliest deadline with which a request of ``req``'s kind passes now: its
         chance at ``speed`` clears what it costs, the loss ``running`` to the running
-        requests plus that to the requests arriving while it runs (``future``: a
-        newcomer that runs D seconds overlaps, on average, D - d/2 seconds of those
-        that run d <= D, and D^2 / 2d of longer ones)."""
+        requests plus that to the requests arriving while it runs (``future``,
+        ``saber.scheduler._costs.overlap``)."""
         if req.sla_kind == "ttft":
             return self._earliest_deadline(req.task, req.tokens, now, speed)
         p = max(self._cost(req, speed, running, future, -credit) * req.seqs, floor)

@@ -61,8 +61,7 @@ class Placing(Decide):
             chance = self._chance(req, speed * (req.deadline - now)) ** req.seqs
         if not self._load or self.policy.decide != "chance":
             return chance
-        running = self._exposure(now, 1) if self.policy.gain else None
-        future = self._future(now, speed) if self.policy.future_weight else []
+        running, future = self._costs_now(now, speed)
         return chance - self._cost(req, speed, running, future) * req.seqs
 
     def set_arrival_share(self, share: float) -> None:

@@ -304,7 +304,7 @@ class Pool:
                     continue
                 for src, other in enumerate(self.backends):
                     req = None if src == dst else other.most_urgent_waiting(tier, rule)
-                    if req is None or not backend.has_room(req):
+                    if req is None or not backend.has_room(req) or self._stays(req, other, now):
                         continue
                     if req.seqs > 1 and rule is not _anything and not backend.admissible(req, now):
                         continue
@@ -315,6 +315,16 @@ class Pool:
                 _, _, _, src, req, dst = min(found, key=lambda f: f[:3])
                 return src, req, dst
         return None
+
+    def _stays(self, req: SchedRequest, backend: Scheduler, now: float) -> bool:
+        """A session's request that its backend would admit now, yet holds because it
+        is worth more there a little later, stays: its prefix cache is there, and the
+        margin bounds what affinity may cost, not what waiting gains."""
+        return (
+            self.affinity_margin is not None
+            and req.affinity is not None
+            and backend.admissible(req, now)
+        )
 
     def _rule(
         self, backend: Scheduler, tier: Tier, now: float
