@@ -54,6 +54,8 @@ class Future:
 
 
 NO_FUTURE = Future(1.0)
+Running = tuple[np.ndarray, np.ndarray] | None
+"""What one more sequence costs each running request, and its seconds left (``_exposure``)."""
 
 
 class Costs(Bookkeeping):
@@ -98,7 +100,7 @@ class Costs(Bookkeeping):
     def _cost(
         req: SchedRequest,
         speed: float,
-        running: tuple[np.ndarray, np.ndarray] | None,
+        running: Running,
         future: Future,
         start: float = 0.0,
         delay: float = 0.0,

@@ -14,9 +14,7 @@ import math
 import random
 from collections.abc import Callable
 
-import numpy as np
-
-from saber.scheduler._costs import NO_FUTURE, Costs, Future
+from saber.scheduler._costs import NO_FUTURE, Costs, Future, Running
 from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import Action, Decision, Kind, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import REBUILD_AT
@@ -27,8 +25,6 @@ request passing now waits only if it is worth this much more later."""
 WAIT_SHARES = (0.125, 0.25, 0.5)
 """A request that passes is weighed as if admitted after these shares of the time it has
 left (``_better_later``): shares of its own slack, so the same on any engine."""
-Running = tuple[np.ndarray, np.ndarray] | None
-"""What one more sequence costs each running request, and its seconds left (``_exposure``)."""
 
 
 class Decide(Costs):
