@@ -82,3 +82,32 @@ class Arrivals:
         self.expire(now)
         total = sum(self._counts.values())
         return {task: n / total for task, n in self._counts.items()} if total else {}
+
+
+class Shares:
+    """Each backend's share of a pool's recent starts, in sequences over the window: of
+    the requests still to come for the pool, the share that will run at each backend
+    (where the sequence one more request adds slows them)."""
+
+    def __init__(self, backends: int, window_s: float = WINDOW_S) -> None:
+        self.window_s = window_s
+        self._seen: deque[tuple[float, int, int]] = deque()
+        self._counts = [0] * backends
+
+    def observe(self, backend: int, seqs: int, now: float) -> None:
+        self.expire(now)
+        self._seen.append((now, backend, seqs))
+        self._counts[backend] += seqs
+
+    def expire(self, now: float) -> None:
+        seen = self._seen
+        while seen and seen[0][0] + self.window_s <= now:
+            _, backend, seqs = seen.popleft()
+            self._counts[backend] -= seqs
+
+    def shares(self) -> list[float]:
+        """Each backend's share (an even split while nothing has started lately)."""
+        total = sum(self._counts)
+        if not total:
+            return [1.0 / len(self._counts)] * len(self._counts)
+        return [n / total for n in self._counts]

@@ -115,6 +115,7 @@ class Scheduler(Placing):
         self._built_needs: dict[Kind, float] = {}  # kind -> need when timed
         self._arrivals = Arrivals()
         self._arrival_share = 1.0
+        self._place_share = 1.0
         self.recent: deque[Decision] = deque(maxlen=100)
         self.set_speed_model(speed)
 

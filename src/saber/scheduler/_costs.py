@@ -67,6 +67,7 @@ class Costs(Bookkeeping):
     needs: Needs
     _arrivals: Arrivals
     _arrival_share: float  # of the requests arriving for this backend, those seen here
+    _place_share: float  # of a pool's arrivals (``_arrivals``), those that run here
 
     def _need(self, req: SchedRequest, p: float) -> float:
         """The work (tokens at the predicted speed) ``req`` needs to finish in time with
@@ -81,7 +82,8 @@ class Costs(Bookkeeping):
         """The requests still to come, per task of the recent mix: one more sequence
         slows every one that arrives while it runs, for as long as both run, and
         arrivals go on for about as long again as they have lasted."""
-        rate = self._arrivals.rate(now) / self._arrival_share * self.policy.future_weight
+        rate = self._arrivals.rate(now) / self._arrival_share * self._place_share
+        rate *= self.policy.future_weight
         if rate <= 0:
             return NO_FUTURE
         v2 = self.predicted_speed(self._load + 2)
@@ -130,7 +132,9 @@ class Costs(Bookkeeping):
         """What ``extra`` more sequences would cost each running HPQ request: its chance
         at f(L) less its chance at f(L + extra), were they to run until its deadline,
         and the seconds to its deadline. A newcomer that ends sooner costs that share
-        of it: the requests it can cost are those finishing about at their deadline."""
+        of it: the requests it can cost are those finishing about at their deadline.
+        Behind several gateways, each of these also stands for the requests the others
+        run here (``set_elsewhere``), whose deadlines this one does not know."""
         empty = np.zeros(0)
         v0 = self.predicted_speed(self._load)
         v1 = self.predicted_speed(self._load + extra)
@@ -176,4 +180,7 @@ class Costs(Bookkeeping):
             lefts.append(left_a)
         if not lost:
             return empty, empty
-        return np.concatenate(lost), np.concatenate(lefts)
+        # The requests other gateways run here (as last scraped) are slowed as well:
+        # taken to be like this one's, each running request stands for that many.
+        others = (self._load + self._seen_elsewhere) / self._load
+        return np.concatenate(lost) * others, np.concatenate(lefts)

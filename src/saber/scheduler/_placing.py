@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._decide import Decide
 from saber.scheduler._request import Decision, SchedRequest, Tier
 
@@ -48,6 +49,14 @@ class Placing(Decide):
             return False
         return req.seqs == 1 or self._worth(req, now)
 
+    def holds(self, req: SchedRequest, now: float) -> bool:
+        """Whether ``req``, were it waiting here and passing, would be held: worth more
+        admitted a little later (``_better_later``)."""
+        if self.paused or self.policy.decide != "chance" or not self._load:
+            return False
+        speed = self.predicted_speed(self._load + 1)
+        return self._better_later(req, now, speed, *self._costs_now(now, speed))
+
     def placement_value(self, req: SchedRequest, now: float) -> float:
         """Requests on schedule that running ``req`` here from ``now`` is worth: its
         chance of its deadline at f(L + its sequences), less what its sequences cost
@@ -72,6 +81,18 @@ class Placing(Decide):
         if not 0.0 < share <= 1.0:
             raise ValueError(f"an arrival share must be within (0, 1], not {share}")
         self._arrival_share = share
+
+    def join_pool(self, arrivals: Arrivals) -> None:
+        """Count the pool's arrivals (one ``Arrivals`` that every backend of the pool
+        observes into), not only those placed here: a request placed on one backend
+        may run on another, so the requests still to come here are the pool's, in this
+        backend's share of them (``set_place_share``)."""
+        self._arrivals = arrivals
+
+    def set_place_share(self, share: float) -> None:
+        """Of the requests arriving for the pool, the share that runs here (its share
+        of the pool's recent starts)."""
+        self._place_share = share
 
     def most_urgent_waiting(
         self, tier: Tier, earliest: Callable[[SchedRequest], float] = _anything

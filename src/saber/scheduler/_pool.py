@@ -6,10 +6,13 @@ request is placed on a backend that would admit it now, if any, where placing it
 worth most: its chance of meeting its deadline at that backend's load + 1, less what it
 costs the requests running there and those to come (``placement_value``). After every
 event each backend admits what it can, then the pool moves waiting requests to any
-other backend that would admit them now, the most urgent first, to where they are
-worth most; an idle engine takes the most urgent request waiting anywhere. So admission
-asks whether some backend can still serve a request in time, not whether the one it
-was placed on can.
+other backend that would admit them now (and not hold them there for later), the most
+urgent first, to where they are worth most; an idle engine takes the most urgent
+request waiting anywhere. So admission asks whether some backend can still serve a
+request in time, not whether the one it was placed on can. What one more sequence
+costs the requests still to come is priced on the pool's arrivals, in each backend's
+share of the pool's recent starts: a backend that few requests are placed on still
+runs those moved to it.
 
 A backend may be taken out of service (``set_down``: its circuit breaker opened): it
 is paused, so that nothing is placed or admitted there and what waits there moves on,
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from saber.config import TaskType
+from saber.scheduler._arrivals import Arrivals, Shares
 from saber.scheduler._core import Scheduler
 from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._policy import Policy
@@ -90,6 +94,11 @@ class Pool:
             raise ValueError(f"need one distinct name per backend, got {self.names}")
         self.affinity_margin = affinity_margin
         self.affinity = Affinity()
+        self._shares = Shares(len(self.backends))
+        if len(self.backends) > 1:
+            arrivals = Arrivals()
+            for backend in self.backends:
+                backend.join_pool(arrivals)
 
     @classmethod
     def build(
@@ -135,6 +144,7 @@ class Pool:
     def offer(self, req: SchedRequest, now: float) -> list[Placed]:
         if req.id in self._where:
             raise ValueError(f"request {req.id} is already known to the pool")
+        self._share_out(now)
         home = self._home(req, now)
         self._where[req.id] = home
         try:
@@ -145,6 +155,7 @@ class Pool:
         return self._tagged(home, decisions) + self._rebalance(now)
 
     def poll(self, now: float) -> list[Placed]:
+        self._share_out(now)
         out: list[Placed] = []
         for i, backend in enumerate(self.backends):
             out += self._tagged(i, backend.poll(now))
@@ -289,6 +300,7 @@ class Pool:
             assert taken is req
             self._where[req.id] = dst
             out.append(Placed(self.backends[dst].start_taken(req, now), dst))
+            self._started(dst, req.seqs, now)
         return out
 
     def _next_move(self, now: float) -> tuple[int, SchedRequest, int] | None:
@@ -308,6 +320,8 @@ class Pool:
                         continue
                     if req.seqs > 1 and rule is not _anything and not backend.admissible(req, now):
                         continue
+                    if tier is Tier.HIGH and rule is not _anything and backend.holds(req, now):
+                        continue  # worth more there later: it may as well wait here
                     score = self._score(dst, req, now)
                     negated = tuple(-x for x in score)
                     found.append((req.deadline, req.id, negated, src, req, dst))
@@ -326,6 +340,18 @@ class Pool:
             and backend.admissible(req, now)
         )
 
+    def _started(self, backend: int, seqs: int, now: float) -> None:
+        if len(self.backends) > 1:
+            self._shares.observe(backend, seqs, now)
+            self._share_out(now)
+
+    def _share_out(self, now: float) -> None:
+        """Tell each backend its share of the pool's recent starts."""
+        if len(self.backends) > 1:
+            self._shares.expire(now)
+            for backend, share in zip(self.backends, self._shares.shares(), strict=True):
+                backend.set_place_share(share)
+
     def _rule(
         self, backend: Scheduler, tier: Tier, now: float
     ) -> Callable[[SchedRequest], float] | None:
@@ -342,6 +368,8 @@ class Pool:
         for d in decisions:
             if d.action is Action.REJECT:
                 self._where.pop(d.request.id, None)
+            elif d.action is Action.ADMIT:
+                self._started(backend, d.request.seqs, d.at)
         return [Placed(d, backend) for d in decisions]
 
 
