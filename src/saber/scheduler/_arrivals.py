@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from typing import Generic, TypeVar
 
 from saber.scheduler._request import SchedRequest
 
@@ -17,10 +18,38 @@ within a few seconds; it measures the clients, not the engine."""
 RECENT = 16
 """The last this many arrivals bound the rate from above."""
 
+K = TypeVar("K")
+
 SHORTEST_S = 0.05
 """The shortest span a rate is taken over: a guard against dividing by nothing at a
 run's first arrival. What the requests still to come cost grows only with the log of
 1 / this (``saber.scheduler._costs``), so its value barely matters, on any engine."""
+
+
+class Window(Generic[K]):
+    """Counts per key over the last ``window_s`` seconds: what ``Arrivals`` keeps per
+    task and ``Shares`` per backend."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.seen: deque[tuple[float, K, int]] = deque()  # (when, key, count), oldest first
+        self.counts: dict[K, int] = {}
+
+    def add(self, key: K, count: int, now: float) -> None:
+        self.expire(now)
+        self.seen.append((now, key, count))
+        self.counts[key] = self.counts.get(key, 0) + count
+
+    def expire(self, now: float) -> None:
+        seen, counts = self.seen, self.counts
+        while seen and seen[0][0] + self.window_s <= now:
+            _, key, count = seen.popleft()
+            counts[key] -= count
+            if not counts[key]:
+                del counts[key]
+
+    def total(self) -> int:
+        return sum(self.counts.values())
 
 
 class Arrivals:
@@ -29,27 +58,20 @@ class Arrivals:
 
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
-        self._seen: deque[tuple[float, str, int]] = deque()
-        self._counts: dict[str, int] = {}
+        self._window = Window[str](window_s)  # sequences per task
         self.last: dict[str, SchedRequest] = {}
         self._since = 0.0  # when the current run of arrivals began
 
     def observe(self, req: SchedRequest, now: float) -> None:
         self.expire(now)
-        if not self._seen:  # the first arrival since the window last emptied
+        if not self._window.seen:  # the first arrival since the window last emptied
             self._since = now
-        self._seen.append((now, req.task, req.seqs))
-        self._counts[req.task] = self._counts.get(req.task, 0) + req.seqs
+        self._window.add(req.task, req.seqs, now)
         self.last[req.task] = req
 
     def expire(self, now: float) -> None:
         """Forget the arrivals that have left the window (at ``quiet_at``, the last)."""
-        seen, counts = self._seen, self._counts
-        while seen and seen[0][0] + self.window_s <= now:
-            _, task, seqs = seen.popleft()
-            counts[task] -= seqs
-            if not counts[task]:
-                del counts[task]
+        self._window.expire(now)
 
     def age(self, now: float) -> float:
         """How long the current run of arrivals has lasted: since the first arrival
@@ -63,10 +85,10 @@ class Arrivals:
         and no more than the last RECENT arrivals show up to now: once arrivals stop,
         the rate falls as fast as it can be told apart from a pause."""
         self.expire(now)
-        seen = self._seen
+        seen = self._window.seen
         if not seen:
             return 0.0
-        rate = sum(self._counts.values()) / min(self.window_s, self.age(now))
+        rate = self._window.total() / min(self.window_s, self.age(now))
         if len(seen) > RECENT:
             recent = sum(seqs for _, _, seqs in itertools.islice(reversed(seen), RECENT))
             rate = min(rate, recent / max(now - seen[-RECENT][0], 1e-3))
@@ -75,13 +97,14 @@ class Arrivals:
     def quiet_at(self) -> float | None:
         """When the last arrival leaves the window, and the rate falls to 0 unless another
         comes: the requests still to come then cost nothing."""
-        return self._seen[-1][0] + self.window_s if self._seen else None
+        seen = self._window.seen
+        return seen[-1][0] + self.window_s if seen else None
 
     def mix(self, now: float) -> dict[str, float]:
         """Each task's share of the recent arrivals."""
         self.expire(now)
-        total = sum(self._counts.values())
-        return {task: n / total for task, n in self._counts.items()} if total else {}
+        total = self._window.total()
+        return {task: n / total for task, n in self._window.counts.items()} if total else {}
 
 
 class Shares:
@@ -90,24 +113,18 @@ class Shares:
     (where the sequence one more request adds slows them)."""
 
     def __init__(self, backends: int, window_s: float = WINDOW_S) -> None:
-        self.window_s = window_s
-        self._seen: deque[tuple[float, int, int]] = deque()
-        self._counts = [0] * backends
+        self.backends = backends
+        self._window = Window[int](window_s)  # sequences started per backend
 
     def observe(self, backend: int, seqs: int, now: float) -> None:
-        self.expire(now)
-        self._seen.append((now, backend, seqs))
-        self._counts[backend] += seqs
+        self._window.add(backend, seqs, now)
 
     def expire(self, now: float) -> None:
-        seen = self._seen
-        while seen and seen[0][0] + self.window_s <= now:
-            _, backend, seqs = seen.popleft()
-            self._counts[backend] -= seqs
+        self._window.expire(now)
 
     def shares(self) -> list[float]:
         """Each backend's share (an even split while nothing has started lately)."""
-        total = sum(self._counts)
+        total, counts = self._window.total(), self._window.counts
         if not total:
-            return [1.0 / len(self._counts)] * len(self._counts)
-        return [n / total for n in self._counts]
+            return [1.0 / self.backends] * self.backends
+        return [counts.get(b, 0) / total for b in range(self.backends)]

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 
 from saber.scheduler._arrivals import Arrivals
+from saber.scheduler._costs import Future, Running
 from saber.scheduler._decide import Decide
 from saber.scheduler._request import Decision, SchedRequest, Tier
 
@@ -49,13 +50,22 @@ class Placing(Decide):
             return False
         return req.seqs == 1 or self._worth(req, now)
 
-    def holds(self, req: SchedRequest, now: float) -> bool:
-        """Whether ``req``, were it waiting here and passing, would be held: worth more
-        admitted a little later (``_better_later``)."""
+    def hold_rule(self, now: float) -> Callable[[SchedRequest], bool]:
+        """Whether a request, were it waiting here and passing, would be held: worth
+        more admitted a little later (``_better_later``); the costs it is weighed
+        against are computed once, at the first request asked about."""
         if self.paused or self.policy.decide != "chance" or not self._load:
-            return False
+            return lambda _: False
         speed = self.predicted_speed(self._load + 1)
-        return self._better_later(req, now, speed, *self._costs_now(now, speed))
+        costs: tuple[Running, Future] | None = None
+
+        def holds(req: SchedRequest) -> bool:
+            nonlocal costs
+            if costs is None:
+                costs = self._costs_now(now, speed)
+            return self._better_later(req, now, speed, *costs)
+
+        return holds
 
     def placement_value(self, req: SchedRequest, now: float) -> float:
         """Requests on schedule that running ``req`` here from ``now`` is worth: its

@@ -94,8 +94,10 @@ class Pool:
             raise ValueError(f"need one distinct name per backend, got {self.names}")
         self.affinity_margin = affinity_margin
         self.affinity = Affinity()
-        self._shares = Shares(len(self.backends))
-        if len(self.backends) > 1:
+        # One backend prices its own arrivals; several share the pool's, each in its
+        # share of the pool's recent starts.
+        self._shares = Shares(len(self.backends)) if len(self.backends) > 1 else None
+        if self._shares is not None:
             arrivals = Arrivals()
             for backend in self.backends:
                 backend.join_pool(arrivals)
@@ -314,13 +316,14 @@ class Pool:
                 rule = self._rule(backend, tier, now)
                 if rule is None:
                     continue
+                holds = backend.hold_rule(now)
                 for src, other in enumerate(self.backends):
                     req = None if src == dst else other.most_urgent_waiting(tier, rule)
                     if req is None or not backend.has_room(req) or self._stays(req, other, now):
                         continue
                     if req.seqs > 1 and rule is not _anything and not backend.admissible(req, now):
                         continue
-                    if tier is Tier.HIGH and rule is not _anything and backend.holds(req, now):
+                    if tier is Tier.HIGH and rule is not _anything and holds(req):
                         continue  # worth more there later: it may as well wait here
                     score = self._score(dst, req, now)
                     negated = tuple(-x for x in score)
@@ -341,13 +344,13 @@ class Pool:
         )
 
     def _started(self, backend: int, seqs: int, now: float) -> None:
-        if len(self.backends) > 1:
+        if self._shares is not None:
             self._shares.observe(backend, seqs, now)
             self._share_out(now)
 
     def _share_out(self, now: float) -> None:
         """Tell each backend its share of the pool's recent starts."""
-        if len(self.backends) > 1:
+        if self._shares is not None:
             self._shares.expire(now)
             for backend, share in zip(self.backends, self._shares.shares(), strict=True):
                 backend.set_place_share(share)
