@@ -18,12 +18,13 @@ within a few seconds; it measures the clients, not the engine."""
 RECENT = 16
 """The last this many arrivals bound the rate from above."""
 
-K = TypeVar("K")
-
 SHORTEST_S = 0.05
 """The shortest span a rate is taken over: a guard against dividing by nothing at a
 run's first arrival. What the requests still to come cost grows only with the log of
 1 / this (``saber.scheduler._costs``), so its value barely matters, on any engine."""
+
+
+K = TypeVar("K")
 
 
 class Window(Generic[K]):
@@ -57,10 +58,13 @@ class Arrivals:
     each task (what a new one is likely to look like)."""
 
     def __init__(self, window_s: float = WINDOW_S) -> None:
-        self.window_s = window_s
         self._window = Window[str](window_s)  # sequences per task
         self.last: dict[str, SchedRequest] = {}
         self._since = 0.0  # when the current run of arrivals began
+
+    @property
+    def window_s(self) -> float:
+        return self._window.window_s
 
     def observe(self, req: SchedRequest, now: float) -> None:
         self.expire(now)

@@ -13,13 +13,18 @@ import math
 from collections.abc import Callable
 
 from saber.scheduler._arrivals import Arrivals
-from saber.scheduler._costs import Future, Running
 from saber.scheduler._decide import Decide
 from saber.scheduler._request import Decision, SchedRequest, Tier
 
 
-def _anything(_: SchedRequest) -> float:
+def anything(_: SchedRequest) -> float:
+    """A pass rule that every request passes (an idle engine's)."""
     return -math.inf
+
+
+def never(_: SchedRequest) -> bool:
+    """A hold rule that holds no request."""
+    return False
 
 
 class Placing(Decide):
@@ -30,6 +35,15 @@ class Placing(Decide):
         admitted here now, as a function of the request (to search another backend's
         queue with); None when none would be (paused, a policy that does not decide by
         chance, or demoted work while this HPQ waits)."""
+        rules = self.move_rules(tier, now)
+        return None if rules is None else rules[0]
+
+    def move_rules(
+        self, tier: Tier, now: float
+    ) -> tuple[Callable[[SchedRequest], float], Callable[[SchedRequest], bool]] | None:
+        """``pass_rule``, and whether a request that passes it would be held here: worth
+        more admitted a little later (``_better_later``); both weigh the same costs,
+        computed once."""
         if self.paused or self.policy.decide != "chance":
             return None
         credit = 0.0
@@ -37,7 +51,12 @@ class Placing(Decide):
             if len(self._hpq):
                 return None
             credit = self.policy.late_value
-        return self._earliest_rule(now, self.predicted_speed(self._load + 1), credit)
+        speed = self.predicted_speed(self._load + 1)
+        if not self._load:
+            return self._earliest_rule(now, speed, credit), never
+        costs = self._costs_now(now, speed)
+        rule = self._earliest_rule(now, speed, credit, costs)
+        return rule, lambda req: self._better_later(req, now, speed, *costs)
 
     def has_room(self, req: SchedRequest) -> bool:
         """Room for ``req``'s sequences under max_concurrency and the budget."""
@@ -49,23 +68,6 @@ class Placing(Decide):
         if rule is None or not self._fits(req) or req.deadline < rule(req):
             return False
         return req.seqs == 1 or self._worth(req, now)
-
-    def hold_rule(self, now: float) -> Callable[[SchedRequest], bool]:
-        """Whether a request, were it waiting here and passing, would be held: worth
-        more admitted a little later (``_better_later``); the costs it is weighed
-        against are computed once, at the first request asked about."""
-        if self.paused or self.policy.decide != "chance" or not self._load:
-            return lambda _: False
-        speed = self.predicted_speed(self._load + 1)
-        costs: tuple[Running, Future] | None = None
-
-        def holds(req: SchedRequest) -> bool:
-            nonlocal costs
-            if costs is None:
-                costs = self._costs_now(now, speed)
-            return self._better_later(req, now, speed, *costs)
-
-        return holds
 
     def placement_value(self, req: SchedRequest, now: float) -> float:
         """Requests on schedule that running ``req`` here from ``now`` is worth: its
@@ -105,7 +107,7 @@ class Placing(Decide):
         self._place_share = share
 
     def most_urgent_waiting(
-        self, tier: Tier, earliest: Callable[[SchedRequest], float] = _anything
+        self, tier: Tier, earliest: Callable[[SchedRequest], float] = anything
     ) -> SchedRequest | None:
         """The waiting request of ``tier`` with the earliest deadline among those whose
         deadline is at least ``earliest(request)`` (another backend's ``pass_rule``)."""

@@ -40,6 +40,7 @@ from saber.config import TaskType
 from saber.scheduler._arrivals import Arrivals, Shares
 from saber.scheduler._core import Scheduler
 from saber.scheduler._lengths import TaskLengths
+from saber.scheduler._placing import anything, never
 from saber.scheduler._policy import Policy
 from saber.scheduler._request import Action, Decision, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import SpeedFn, TTFTFn
@@ -313,17 +314,17 @@ class Pool:
                 continue
             found: list[tuple[float, str, tuple[float, ...], int, SchedRequest, int]] = []
             for dst, backend in enumerate(self.backends):
-                rule = self._rule(backend, tier, now)
-                if rule is None:
+                rules = self._rules(backend, tier, now)
+                if rules is None:
                     continue
-                holds = backend.hold_rule(now)
+                rule, holds = rules
                 for src, other in enumerate(self.backends):
                     req = None if src == dst else other.most_urgent_waiting(tier, rule)
                     if req is None or not backend.has_room(req) or self._stays(req, other, now):
                         continue
-                    if req.seqs > 1 and rule is not _anything and not backend.admissible(req, now):
+                    if req.seqs > 1 and rule is not anything and not backend.admissible(req, now):
                         continue
-                    if tier is Tier.HIGH and rule is not _anything and holds(req):
+                    if tier is Tier.HIGH and holds(req):
                         continue  # worth more there later: it may as well wait here
                     score = self._score(dst, req, now)
                     negated = tuple(-x for x in score)
@@ -355,17 +356,18 @@ class Pool:
             for backend, share in zip(self.backends, self._shares.shares(), strict=True):
                 backend.set_place_share(share)
 
-    def _rule(
+    def _rules(
         self, backend: Scheduler, tier: Tier, now: float
-    ) -> Callable[[SchedRequest], float] | None:
-        """What passes at ``backend`` now: anything when it is idle (an idle engine is
-        never kept idle), else its own rule; nothing moves to a paused backend, nor
+    ) -> tuple[Callable[[SchedRequest], float], Callable[[SchedRequest], bool]] | None:
+        """What passes at ``backend`` now, and what of that it would hold for later:
+        anything, held never, when it is idle (an idle engine is never kept idle), else
+        its own rules (``Placing.move_rules``); nothing moves to a paused backend, nor
         under the baselines' placements."""
         if self.place != "chance" or backend.paused:
             return None
         if backend.engine_idle and not backend.queued():
-            return _anything
-        return backend.pass_rule(tier, now)
+            return anything, never
+        return backend.move_rules(tier, now)
 
     def _tagged(self, backend: int, decisions: list[Decision]) -> list[Placed]:
         for d in decisions:
@@ -422,7 +424,3 @@ def derived_headroom(gateways: int, admitted: float) -> int:
     if gateways < 1 or admitted < 0:
         raise ValueError(f"gateways {gateways} must be >= 1 and admitted {admitted} >= 0")
     return math.ceil((gateways - 1) * admitted)
-
-
-def _anything(_: SchedRequest) -> float:
-    return -math.inf
