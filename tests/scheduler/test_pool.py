@@ -47,6 +47,26 @@ def test_a_request_goes_where_its_chance_is_highest():
     assert {first["a"], second["b"]} == {0, 1}
 
 
+def test_a_backend_slow_to_first_tokens_is_valued_for_the_wait():
+    """f(L) is a decode speed: a backend whose last request waited 4 s for its first
+    token (long prompts ahead of it) leaves a request placed there 4 s less to decode."""
+    p = pool(flat(30.0, slope=0.2), flat(30.0, slope=0.2))
+    on = admissions(p.offer(req("a", 0.0, 50), 0.0)) | admissions(p.offer(req("b", 0.0, 50), 0.0))
+    assert sorted(on.values()) == [0, 1]
+    slow = on["a"]
+    p.progress("a", 1, 4.0)  # its first token after 4 s
+    p.progress("b", 1, 0.2)
+    # 200 tokens by 14 s at 25 tok/s (two running): 8 s of decoding, so a start at 4 s
+    # makes it and one after a 4 s wait does not.
+    values = [b.placement_value(req("probe", 4.0, 200), 4.0) for b in p.backends]
+    assert values[slow] < 0.5 < values[1 - slow]
+    assert admissions(p.offer(req("c", 4.0, 200), 4.0)) == {"c": 1 - slow}
+    # Idle again, a backend has no wait to show: 200 tokens in 10 s alone (30 tok/s)
+    # would not make it after a 4 s wait.
+    p.finish("a", 5.0, 50)
+    assert p.backends[slow].placement_value(req("probe", 5.0, 200), 5.0) > 0.5
+
+
 def test_a_waiting_request_runs_on_whichever_backend_frees_first():
     p = pool(flat(60.0), flat(60.0), max_concurrency=1)
     assert admissions(p.offer(req("a", 0.0, 50), 0.0)) == {"a": 0}

@@ -108,6 +108,9 @@ class Scheduler(Placing):
         self._clock_at: float | None = None
         self._at_admit: dict[str, tuple[float, float]] = {}  # id -> (clock, area)
         self._last_protected = 0.0
+        # The time to first token of the request that last made its first one: what a
+        # request placed now waits before decoding, which f(L) (a decode speed) omits.
+        self._first_wait = 0.0
         # speed_sigma: the profile's own error (relative), the spread's prior.
         self._cal = Calibration(enabled=self.policy.calibrate, sigma=speed_sigma)
         self._sigma = rounded_sigma(self._cal.sigma)
@@ -184,6 +187,8 @@ class Scheduler(Placing):
             req.generated = tokens
             if tokens > 0 and req.first_token_at is None:
                 req.first_token_at = now
+                if req.admitted_at is not None:  # always, for a running request
+                    self._first_wait = now - req.admitted_at
 
     def finish(self, req_id: str, now: float, tokens: int | None = None) -> Outcome | None:
         """A running request completed, having generated ``tokens`` (None: not

@@ -30,6 +30,8 @@ def never(_: SchedRequest) -> bool:
 class Placing(Decide):
     """A mixin of ``Scheduler``: its face to a pool."""
 
+    _first_wait: float  # the last first token's wait since admission (``progress``)
+
     def pass_rule(self, tier: Tier, now: float) -> Callable[[SchedRequest], float] | None:
         """The earliest deadline with which a request waiting in ``tier`` would be
         admitted here now, as a function of the request (to search another backend's
@@ -72,14 +74,17 @@ class Placing(Decide):
     def placement_value(self, req: SchedRequest, now: float) -> float:
         """Requests on schedule that running ``req`` here from ``now`` is worth: its
         chance of its deadline at f(L + its sequences), less what its sequences cost
-        the running requests and those still to come (as admission counts them)."""
+        the running requests and those still to come (as admission counts them). Its
+        decoding starts after the wait for a first token that this backend last showed
+        (prefill behind long prompts, which f(L) does not carry); once idle, none."""
         load = self._load + req.seqs
         speed = self.predicted_speed(load)
         if req.sla_kind == "ttft":
             ok = req.deadline >= self._earliest_deadline(req.task, req.tokens, now, speed)
             chance = 1.0 if ok else 0.0
         else:
-            chance = self._chance(req, speed * (req.deadline - now)) ** req.seqs
+            wait = self._first_wait if self._load else 0.0
+            chance = self._chance(req, speed * max(req.deadline - now - wait, 0.0)) ** req.seqs
         if not self._load or self.policy.decide != "chance":
             return chance
         running, future = self._costs_now(now, speed)
