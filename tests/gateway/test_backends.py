@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -72,6 +73,44 @@ def test_requests_spread_over_the_backends_and_each_is_told_apart(
     health = httpx.get(gw.url + "/health").json()
     assert health["status"] == "ok" and len(health["backends"]) == 2
     assert "saber_affinity" not in families(text)  # affinity is off
+
+
+def test_each_backend_shows_the_wait_for_a_first_token_while_it_serves(
+    gateway_factory: GatewayFactory, sims: list[RunningSim]
+) -> None:
+    """What placement takes off a request's time left at each backend: the time to first
+    token of its last stream to start answering, and 0 where nothing runs."""
+    a, b = sims
+    gw = gateway_factory(a.url, backends=backends(left=a.url, right=b.url))
+    client = OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+    started = time.monotonic()
+    stream = client.completions.create(
+        model=a.model,
+        prompt="def f():",
+        max_tokens=4000,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    chunks = iter(stream)
+    next(chunks)  # its first token has arrived: the stream is running
+    ttft = time.monotonic() - started
+    text = metrics(gw)
+    waits = {
+        n: metric_value(text, "saber_backend_first_token_wait_seconds", backend=n)
+        for n in ("left", "right")
+    }
+    assert sorted(waits.values())[0] == 0, waits  # the other backend runs nothing
+    assert 0 < max(waits.values()) <= ttft, (waits, ttft)
+    for _ in chunks:
+        pass
+    wait_for(
+        lambda: [
+            metric_value(metrics(gw), "saber_backend_first_token_wait_seconds", backend=n)
+            for n in ("left", "right")
+        ],
+        lambda now: now == [0, 0],
+        describe="no wait shown once the backends are idle",
+    )
 
 
 def families(text: str) -> set[str]:

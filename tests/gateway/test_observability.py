@@ -36,6 +36,7 @@ FAMILIES = {
     "saber_backend_forward_priority": "gauge",
     "saber_backend_scrape_errors": "counter",
     "saber_backend_in_flight": "gauge",
+    "saber_backend_first_token_wait_seconds": "gauge",
     "saber_backend_up": "gauge",
     "saber_backend_ejections": "counter",
     "saber_speed_observed_over_predicted": "histogram",

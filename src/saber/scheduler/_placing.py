@@ -60,6 +60,13 @@ class Placing(Decide):
         rule = self._earliest_rule(now, speed, credit, costs)
         return rule, lambda req: self._better_later(req, now, speed, *costs)
 
+    @property
+    def first_token_wait(self) -> float:
+        """Seconds a request started here now waits for its first token, as this
+        backend last showed (the time to first token of the request that last made its
+        first one; prefill behind long prompts, which f(L) does not carry); 0 idle."""
+        return self._first_wait if self._load else 0.0
+
     def has_room(self, req: SchedRequest) -> bool:
         """Room for ``req``'s sequences under max_concurrency and the budget."""
         return self._fits(req)
@@ -75,16 +82,15 @@ class Placing(Decide):
         """Requests on schedule that running ``req`` here from ``now`` is worth: its
         chance of its deadline at f(L + its sequences), less what its sequences cost
         the running requests and those still to come (as admission counts them). Its
-        decoding starts after the wait for a first token that this backend last showed
-        (prefill behind long prompts, which f(L) does not carry); once idle, none."""
+        decoding starts after ``first_token_wait``."""
         load = self._load + req.seqs
         speed = self.predicted_speed(load)
         if req.sla_kind == "ttft":
             ok = req.deadline >= self._earliest_deadline(req.task, req.tokens, now, speed)
             chance = 1.0 if ok else 0.0
         else:
-            wait = self._first_wait if self._load else 0.0
-            chance = self._chance(req, speed * max(req.deadline - now - wait, 0.0)) ** req.seqs
+            left = max(req.deadline - now - self.first_token_wait, 0.0)
+            chance = self._chance(req, speed * left) ** req.seqs
         if not self._load or self.policy.decide != "chance":
             return chance
         running, future = self._costs_now(now, speed)

@@ -117,6 +117,13 @@ class SchedulerCollector(Collector):
             "(sequences, its own and what it counts of other gateways') and at one more.",
             labels=by_backend(replicas, "load"),
         )
+        first_wait = GaugeMetricFamily(
+            "saber_backend_first_token_wait_seconds",
+            "Time to first token of the request that last made its first one at each "
+            "backend (streams only), 0 while the gateway runs nothing there: placement "
+            "takes it off a request's time left, for the prefill that f(L) leaves out.",
+            labels=by_backend(replicas),
+        )
         up = GaugeMetricFamily(
             "saber_backend_up",
             "1 while the backend takes new requests, 0 while it is ejected (its circuit "
@@ -153,9 +160,10 @@ class SchedulerCollector(Collector):
                 placed.add_metric(name, load)
                 predicted.add_metric(["current", *name], b.predicted_speed(max(load, 1)))
                 predicted.add_metric(["next", *name], b.predicted_speed(load + 1))
+                first_wait.add_metric(name, b.first_token_wait)
                 up.add_metric(name, 0.0 if r.ejected else 1.0)
                 ejections.add_metric(name, r.ejections)
-        yield from (depth, in_flight, placed, predicted, up, ejections)
+        yield from (depth, in_flight, placed, predicted, first_wait, up, ejections)
 
 
 class LearningCollector(Collector):
