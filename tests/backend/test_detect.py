@@ -54,7 +54,8 @@ async def test_saber_sim_is_told_from_vllm(sim: RunningSim, client: httpx.AsyncC
 
 
 async def test_saber_sim_load(sim: RunningSim, client: httpx.AsyncClient) -> None:
-    assert await fetch_load(client, sim.url, BackendKind.SIM) == BackendLoad(0.0, 0.0)
+    idle = BackendLoad(0.0, 0.0, ttft_sum=0.0, ttft_count=0.0)  # no first token yet
+    assert await fetch_load(client, sim.url, BackendKind.SIM) == idle
     body = {"model": sim.model, "prompt": "x", "max_tokens": 20_000, "ignore_eos": True}
     async with httpx.AsyncClient(timeout=10) as direct, contextlib.AsyncExitStack() as open_:
         for _ in range(6):
@@ -63,7 +64,8 @@ async def test_saber_sim_load(sim: RunningSim, client: httpx.AsyncClient) -> Non
             )
             assert resp.status_code == 200
         load = await fetch_load(client, sim.url, BackendKind.SIM)
-        assert load == BackendLoad(running=4.0, waiting=2.0)  # max_num_seqs=4
+        assert (load.running, load.waiting) == (4.0, 2.0)  # max_num_seqs=4
+        assert load.ttft_count is not None and load.ttft_count <= 4  # only the running
 
 
 async def test_llamacpp(client: httpx.AsyncClient) -> None:
@@ -101,7 +103,8 @@ async def test_vllm(client: httpx.AsyncClient) -> None:
         assert await detect_kind(client, url) is BackendKind.VLLM
         info = await describe(client, url)
         assert info == BackendInfo(BackendKind.VLLM, VLLM_VERSION, ["tiny-llama"])
-        assert await fetch_load(client, url, BackendKind.VLLM) == BackendLoad(5.0, 4.0)
+        load = await fetch_load(client, url, BackendKind.VLLM)
+        assert load == BackendLoad(5.0, 4.0, ttft_sum=2.71828, ttft_count=32.0)
 
 
 async def test_vllm_by_version_alone_and_by_metrics_alone(client: httpx.AsyncClient) -> None:

@@ -7,18 +7,50 @@ from expositions import LLAMACPP, VLLM
 
 from saber.backend import LOAD_METRICS, BackendKind, BackendLoad, parse_load
 
+VLLM_LOAD = BackendLoad(running=5.0, waiting=4.0, ttft_sum=2.71828, ttft_count=32.0)
+
 
 def test_vllm_sums_every_label_set() -> None:
-    assert parse_load(VLLM, BackendKind.VLLM) == BackendLoad(running=5.0, waiting=4.0)
+    assert parse_load(VLLM, BackendKind.VLLM) == VLLM_LOAD
 
 
 def test_sim_reads_vllms_names() -> None:
     assert LOAD_METRICS[BackendKind.SIM] == LOAD_METRICS[BackendKind.VLLM]
-    assert parse_load(VLLM, BackendKind.SIM) == BackendLoad(running=5.0, waiting=4.0)
+    assert parse_load(VLLM, BackendKind.SIM) == VLLM_LOAD
 
 
 def test_llamacpp_processing_and_deferred() -> None:
+    # llama-server keeps no histogram of time to first token.
     assert parse_load(LLAMACPP, BackendKind.LLAMACPP) == BackendLoad(running=32.0, waiting=5.0)
+
+
+def test_the_time_to_first_token_histogram_sums_every_engine() -> None:
+    second = (
+        'vllm:time_to_first_token_seconds_count{engine="1",model_name="tiny-llama"} 8.0\n'
+        'vllm:time_to_first_token_seconds_sum{engine="1",model_name="tiny-llama"} 1.28172\n'
+    )
+    load = parse_load(VLLM + second, BackendKind.VLLM)
+    assert (load.ttft_sum, load.ttft_count) == (pytest.approx(4.0), 40.0)
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-1.0"])
+def test_a_vllm_without_a_sound_histogram_still_gives_its_load(value: str) -> None:
+    bare = "\n".join(line for line in VLLM.splitlines() if "time_to_first_token" not in line)
+    assert parse_load(bare, BackendKind.VLLM) == BackendLoad(running=5.0, waiting=4.0)
+    odd = VLLM.replace('_sum{engine="0",model_name="tiny-llama"} 2.71828', f"_sum {value}")
+    assert odd != VLLM
+    assert parse_load(odd, BackendKind.VLLM) == BackendLoad(running=5.0, waiting=4.0)
+
+
+def test_the_wait_between_two_reads_is_the_mean_of_the_first_tokens_made_between() -> None:
+    before = VLLM_LOAD
+    after = BackendLoad(5.0, 4.0, ttft_sum=2.71828 + 3.0, ttft_count=36.0)
+    assert after.ttft_since(before) == pytest.approx(0.75)  # 4 first tokens, 3 s in all
+    assert before.ttft_since(before) is None  # none made between
+    assert after.ttft_since(None) is None  # no read before
+    assert before.ttft_since(after) is None  # counters back: the engine restarted
+    assert BackendLoad(5.0, 4.0).ttft_since(before) is None  # the histogram is gone
+    assert after.ttft_since(BackendLoad(5.0, 4.0)) is None
 
 
 def test_one_engines_names_are_absent_from_the_others_text() -> None:

@@ -113,6 +113,53 @@ def test_each_backend_shows_the_wait_for_a_first_token_while_it_serves(
     )
 
 
+def test_a_backend_serving_only_whole_answers_shows_its_engines_wait_for_first_tokens(
+    gateway_factory: GatewayFactory, sims: list[RunningSim]
+) -> None:
+    """A request that is not streamed reports no first token to the gateway: the wait
+    comes from the engine's own histogram of time to first token, read with its load."""
+    a, b = sims
+    gw = gateway_factory(
+        a.url, backends=backends(left=a.url, right=b.url), **{"backend.metrics_interval_s": 0.1}
+    )
+    client = OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+
+    def ttft_sum(sim: RunningSim) -> float:
+        return metric_value(
+            httpx.get(sim.url + "/metrics").text, "vllm:time_to_first_token_seconds_sum"
+        )
+
+    def waits() -> dict[str, float]:
+        text = metrics(gw)
+        return {
+            n: metric_value(text, "saber_backend_first_token_wait_seconds", backend=n)
+            for n in ("left", "right")
+        }
+
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(
+            client.completions.create,
+            model=a.model,
+            prompt="def f():",
+            max_tokens=4000,
+            extra_body={"ignore_eos": True},
+        )
+        shown = wait_for(
+            waits,
+            lambda w: max(w.values()) > 0 or answer.done(),
+            describe="a wait shown while the whole answer is made",
+        )
+        assert not answer.done(), "the answer came before a wait was shown"
+        serving = max(shown, key=lambda n: shown[n])
+        sim = a if serving == "left" else b
+        # One request has made a first token there: the wait shown is its time to first
+        # token as the engine measured it; the other backend shows none.
+        assert shown[serving] == pytest.approx(ttft_sum(sim), rel=1e-6), shown
+        assert shown["right" if serving == "left" else "left"] == 0, shown
+        assert answer.result(timeout=30).usage.completion_tokens == 4000
+    wait_for(waits, lambda w: w == {"left": 0, "right": 0}, describe="no wait once idle")
+
+
 def families(text: str) -> set[str]:
     return {family.name for family in text_string_to_metric_families(text)}
 

@@ -33,6 +33,7 @@ from real_support import (
 )
 
 from harness import EngineGateway, scrape
+from saber.backend import BackendKind, BackendLoad, parse_load
 
 pytestmark = pytest.mark.vllm
 
@@ -276,6 +277,24 @@ def test_gateway_knows_its_backend(vllm_gateway: EngineGateway) -> None:
     assert status["kind"] == "vllm"
     assert status["kind_source"] == "detected"
     assert status["models"] == [vllm_gateway.engine.model]
+
+
+def test_vllms_own_wait_for_first_tokens_is_read(vllm_gateway: EngineGateway) -> None:
+    """With its load, the gateway reads genuine vLLM's histogram of time to first token:
+    the wait placement takes off a request's time left there, streamed or not."""
+    engine = vllm_gateway.engine
+
+    def read() -> BackendLoad:
+        return parse_load(httpx.get(engine.base_url + "/metrics", timeout=30).text,
+                          BackendKind.VLLM)  # fmt: skip
+
+    before = read()
+    assert before.ttft_count is not None and before.ttft_sum is not None
+    check_completions(vllm_gateway)  # not streamed
+    after = read()
+    assert after.ttft_count is not None and after.ttft_count >= before.ttft_count + 1
+    wait = after.ttft_since(before)
+    assert wait is not None and 0 < wait < 60, wait
 
 
 def test_the_other_routes_answer_as_vllm_does(vllm_gateway: EngineGateway) -> None:

@@ -4,6 +4,7 @@ placed and released exactly once."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -65,6 +66,28 @@ def test_a_backend_slow_to_first_tokens_is_valued_for_the_wait():
     # would not make it after a 4 s wait.
     p.finish("a", 5.0, 50)
     assert p.backends[slow].placement_value(req("probe", 5.0, 200), 5.0) > 0.5
+
+
+def test_the_engines_own_wait_for_first_tokens_counts_as_a_streams_would():
+    """A backend serving non-streamed requests (or another gateway's) shows no first
+    tokens to this scheduler; its engine's mean time to first token, read from its
+    /metrics, is the wait instead, and the latest of the two counts."""
+    p = pool(flat(30.0, slope=0.2), flat(30.0, slope=0.2))
+    on = admissions(p.offer(req("a", 0.0, 50), 0.0)) | admissions(p.offer(req("b", 0.0, 50), 0.0))
+    assert sorted(on.values()) == [0, 1]
+    slow = on["a"]
+    p.set_first_token_wait(slow, 4.0)  # no stream reported a token
+    values = [b.placement_value(req("probe", 4.0, 200), 4.0) for b in p.backends]
+    assert values[slow] < 0.5 < values[1 - slow]
+    assert admissions(p.offer(req("c", 4.0, 200), 4.0)) == {"c": 1 - slow}
+    p.set_first_token_wait(slow, 0.1)  # a newer read: first tokens come at once again
+    assert p.backends[slow].first_token_wait == 0.1
+    p.progress("a", 1, 4.5)  # and a stream's own first token after 4.5 s, newer still
+    assert p.backends[slow].first_token_wait == 4.5
+    for bad in (-1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="wait for a first token"):
+            p.set_first_token_wait(slow, bad)
+    assert p.backends[slow].first_token_wait == 4.5
 
 
 def test_a_waiting_request_runs_on_whichever_backend_frees_first():

@@ -38,7 +38,8 @@ class BackendSettings(BaseModel):
     metrics_interval_s: float | None = Field(
         default=1.0,
         ge=0,
-        description="how often the backend's /metrics is read for its load; 0 or null: never",
+        description="how often the backend's /metrics is read for its load (and vLLM's time "
+        "to first token); 0 or null: never",
     )
     api_key: str | None = Field(default=None, description="sent upstream as a bearer token")
     model: str | None = Field(

@@ -222,9 +222,14 @@ class Replicas:
         read (its own count is the truth; the read is only shown).
 
         A read that finds nothing listening counts against the breaker as a refused
-        request would: a gateway learns a backend died without sending it traffic."""
+        request would: a gateway learns a backend died without sending it traffic. The
+        engine's mean time to first token since the read before is the wait placement
+        takes off a request's time left there (streams report theirs as they come; this
+        counts every request, streamed or not, every gateway's)."""
         if r.watch.refused:
             self.failed(r, "connect")
+        if r.watch.ttft_s is not None:
+            self.pool.set_first_token_wait(r.index, r.watch.ttft_s)
         cluster = self._cluster()
         counting = cluster.gateways > 1
         closing = cluster.stale == "closed" and self.several

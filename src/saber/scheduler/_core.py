@@ -108,7 +108,7 @@ class Scheduler(Placing):
         self._clock_at: float | None = None
         self._at_admit: dict[str, tuple[float, float]] = {}  # id -> (clock, area)
         self._last_protected = 0.0
-        self._first_wait = 0.0  # behind Placing.first_token_wait, set by progress
+        self._first_wait = 0.0  # behind Placing.first_token_wait
         # speed_sigma: the profile's own error (relative), the spread's prior.
         self._cal = Calibration(enabled=self.policy.calibrate, sigma=speed_sigma)
         self._sigma = rounded_sigma(self._cal.sigma)

@@ -30,7 +30,7 @@ def never(_: SchedRequest) -> bool:
 class Placing(Decide):
     """A mixin of ``Scheduler``: its face to a pool."""
 
-    _first_wait: float  # the last first token's wait since admission (``progress``)
+    _first_wait: float  # the last first token's wait (``first_token_wait``)
 
     def pass_rule(self, tier: Tier, now: float) -> Callable[[SchedRequest], float] | None:
         """The earliest deadline with which a request waiting in ``tier`` would be
@@ -64,8 +64,17 @@ class Placing(Decide):
     def first_token_wait(self) -> float:
         """Seconds a request started here now waits for its first token, as this
         backend last showed (the time to first token of the request that last made its
-        first one; prefill behind long prompts, which f(L) does not carry); 0 idle."""
+        first one, or the engine's mean over its last read, ``set_first_token_wait``;
+        prefill behind long prompts, which f(L) does not carry); 0 idle."""
         return self._first_wait if self._load else 0.0
+
+    def set_first_token_wait(self, seconds: float) -> None:
+        """The engine's own mean time to first token over its last read of /metrics:
+        every request's, streamed or not, whoever sent it (``progress`` sees only this
+        scheduler's streams)."""
+        if not 0.0 <= seconds < math.inf:
+            raise ValueError(f"a wait for a first token is a finite number >= 0, not {seconds}")
+        self._first_wait = seconds
 
     def has_room(self, req: SchedRequest) -> bool:
         """Room for ``req``'s sequences under max_concurrency and the budget."""

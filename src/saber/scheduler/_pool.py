@@ -195,6 +195,11 @@ class Pool:
         (``Scheduler.set_elsewhere``)."""
         self.backends[backend].set_elsewhere(seen, headroom, now)
 
+    def set_first_token_wait(self, backend: int, seconds: float) -> None:
+        """``backend``'s engine's mean time to first token over its last read
+        (``Placing.set_first_token_wait``)."""
+        self.backends[backend].set_first_token_wait(seconds)
+
     def set_budget(self, most: int | None, window_s: float = 0.0) -> None:
         """Each backend admits at most ``most`` sequences in any ``window_s`` seconds
         (``Scheduler.set_budget``; None: no bound)."""

@@ -119,9 +119,10 @@ class SchedulerCollector(Collector):
         )
         first_wait = GaugeMetricFamily(
             "saber_backend_first_token_wait_seconds",
-            "Time to first token of the request that last made its first one at each "
-            "backend (streams only), 0 while the gateway runs nothing there: placement "
-            "takes it off a request's time left, for the prefill that f(L) leaves out.",
+            "The last time to first token at each backend (a stream's, or the engine's "
+            "mean between two reads of its /metrics, whichever is newer), 0 while the "
+            "gateway runs nothing there: placement takes it off a request's time left, "
+            "for the prefill that f(L) leaves out.",
             labels=by_backend(replicas),
         )
         up = GaugeMetricFamily(

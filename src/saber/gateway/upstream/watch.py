@@ -94,6 +94,9 @@ class BackendWatch:
         self.scrape_timeout = min(max(self.interval, SCRAPE_TIMEOUT_MIN_S), SCRAPE_TIMEOUT_MAX_S)
         self.stale_after = max(STALE_INTERVALS * self.interval, STALE_AFTER_MIN_S)
         self.load: BackendLoad | None = None
+        # The engine's mean time to first token between the last two reads; None when
+        # the last read failed or nothing made a first token in between.
+        self.ttft_s: float | None = None
         self.scraped_at: float | None = None  # time.monotonic() of the last good scrape
         self.scrape_errors = 0
         self.last_error: str | None = None
@@ -226,6 +229,7 @@ class BackendWatch:
             else:
                 reason = str(exc) or type(exc).__name__
             self.scrape_errors += 1
+            self.ttft_s = None
             self.refused = refused(exc) or isinstance(exc.__cause__, httpx.ConnectError)
             # Gone after it was identified: ask again what it is once it is back.
             self._ask_again = self._ask_again or (self.refused and self.identified)
@@ -242,6 +246,7 @@ class BackendWatch:
             self._spawn(self._identify_again(), "saber-backend-identify")
         self.last_error = None
         self.refused = False
+        self.ttft_s = load.ttft_since(self.load)
         self.load = load
         self.scraped_at = time.monotonic()
         return True
