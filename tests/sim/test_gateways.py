@@ -36,21 +36,27 @@ def trace(workload: str = "W1", rps: float = 12.0, n: int = 120, seed: int = 0):
 
 class Recording(Pool):
     """A pool that notes each scrape: its time, and per backend what it heard and the
-    speed its scheduler then predicts for one more request."""
+    speed its scheduler then predicts for one more request; and each wait for a first
+    token it was handed (the scrape's time, the backend, the wait)."""
 
     scrapes: list[tuple[float, int, int, int, float]]
+    waits: list[tuple[float, int, float]]
 
     def set_elsewhere(self, backend: int, seen: int, headroom: int, now: float) -> None:
         super().set_elsewhere(backend, seen, headroom, now)
         speed = self.backends[backend].predicted_speed(1)
         self.scrapes.append((now, backend, seen, headroom, speed))
 
+    def set_first_token_wait(self, backend: int, seconds: float) -> None:
+        super().set_first_token_wait(backend, seconds)
+        self.waits.append((self.scrapes[-1][0], backend, seconds))  # set_elsewhere's, just before
+
 
 def recording(replicas: int = 1, task: TaskType | None = None) -> Recording:
     tasks = [task] if task else TASKS
     p = Recording.build([usl(45.0, 0.02)] * replicas, Policy.named("closed-loop"), tasks=tasks)
     assert isinstance(p, Recording)
-    p.scrapes = []
+    p.scrapes, p.waits = [], []
     return p
 
 
@@ -114,6 +120,35 @@ def test_a_scrape_shows_a_gateway_what_the_other_runs():
     assert a.scrapes[1][2:4] == (0, 12) and a.scrapes[-1][2:4] == (0, 0)
     assert b.scrapes[-1][2:4] == (0, 0)
     assert math.isclose(b.backends[0].predicted_speed(1), b.scrapes[-1][4])
+
+
+def test_a_scrape_shows_each_gateway_the_engines_wait_for_first_tokens():
+    """As the gateway reads vLLM's histogram: at each scrape, the mean time to first
+    token of every gateway's requests that made their first one at the replica since
+    the gateway's scrape before; nothing where none did."""
+    reqs = trace("W1", 30.0, n=90)
+    pools = [recording(2), recording(2)]
+    res = simulate_cluster(reqs, [Engine(PAPER), Engine(PAPER)], tasks=TASKS, gateways=pools)
+    firsts = [
+        (res.served_by[r.id], r.first_token_at, r.first_token_at - r.admitted_at)
+        for r in res.records
+        if r.first_token_at is not None and r.admitted_at is not None
+    ]
+    assert len(firsts) == 90
+    for g, p in enumerate(pools):
+        heard = 0
+        for b in (0, 1):
+            times = sorted({t for t, backend, *_ in p.scrapes if backend == b})
+            expected = []
+            for before, at in zip([-math.inf, *times], times, strict=False):
+                made = [w for (bb, t, w) in firsts if bb == b and before <= t < at]
+                if made:
+                    expected.append((at, b, pytest.approx(sum(made) / len(made))))
+            got = [w for w in p.waits if w[1] == b]
+            assert got == expected, (g, b)
+            heard += sum(1 for (bb, t, _) in firsts if bb == b and t < times[-1])
+        # Each gateway heard of every first token, its own and the other's requests'.
+        assert heard == 90 and res.gateways[g].offered < 90
 
 
 def test_gateways_scrape_staggered_and_a_fixed_headroom_is_used_as_is():

@@ -2,7 +2,8 @@
 
 An L7 balancer hashes each team's API key to one gateway; each gateway runs its own
 admission pool over every replica and learns what the others put on a replica only by
-scraping the replica's ``/metrics`` (running + waiting) now and then. Here a trace
+scraping the replica's ``/metrics`` (running + waiting, and the growth of its histogram
+of time to first token: every gateway's requests' mean wait) now and then. Here a trace
 request is its own client (the trace has no API keys): it goes to gateway
 ``crc32(id) % M``. Gateway g scrapes at ``g * scrape_s / M + k * scrape_s``, so the
 gateways' scrapes are staggered as independent processes' would be. Between its
@@ -74,6 +75,10 @@ class Gateways:
                 for b in range(n):
                     self.head[g][b] = fixed
                     pool.set_elsewhere(b, 0, fixed, 0.0)
+        # Each replica's time-to-first-token histogram (sum, count), and each gateway's
+        # reading of it at its last scrape.
+        self.ttft = [(0.0, 0)] * n
+        self.ttft_read = [[(0.0, 0)] * n for _ in range(m)]
         self.scrapes = [0] * m
         self.offered = [0] * m
         self.unseen_steps = _grid(m, n)
@@ -114,9 +119,17 @@ class Gateways:
     def finished(self, g: int, backend: int) -> None:
         self.own[g][backend] -= 1
 
+    def first_token(self, backend: int, wait: float) -> None:
+        """A request at ``backend`` made its first token ``wait`` seconds after it
+        reached the engine (vLLM's ``vllm:time_to_first_token_seconds``)."""
+        total, count = self.ttft[backend]
+        self.ttft[backend] = (total + wait, count + 1)
+
     def scraped(self, g: int, now: float, seen: Sequence[int]) -> None:
         """Gateway ``g`` scraped every replica at ``now``: ``seen[b]`` requests at ``b``
-        are not its own. Its pool hears them and the headroom (call ``poll`` next)."""
+        are not its own. Its pool hears them and the headroom, and the mean time to
+        first token of the requests that made their first one at ``b`` since its last
+        scrape, as the gateway reads it (``Replicas.scraped``); call ``poll`` next."""
         m = self.count
         for b, s in enumerate(seen):
             fixed = self.headroom
@@ -124,6 +137,10 @@ class Gateways:
             self.seen[g][b], self.head[g][b] = s, head
             self.since[g][b] = 0
             self.pools[g].set_elsewhere(b, s, head, now)
+            (total, count), (then, before) = self.ttft[b], self.ttft_read[g][b]
+            if count > before:
+                self.pools[g].set_first_token_wait(b, (total - then) / (count - before))
+            self.ttft_read[g][b] = self.ttft[b]
         self.scrapes[g] += 1
 
     def step_starts(self, backend: int, in_engine: int) -> None:
