@@ -136,6 +136,12 @@ def test_a_backend_serving_only_whole_answers_shows_its_engines_wait_for_first_t
             for n in ("left", "right")
         }
 
+    # The wait is the histogram's growth between two reads: one read before the request.
+    wait_for(
+        lambda: httpx.get(gw.url + "/saber/status").json()["backends"],
+        lambda bs: all(x["engine"]["scraped_age_s"] is not None for x in bs),
+        describe="a first read of each backend's /metrics",
+    )
     with ThreadPoolExecutor(1) as pool:
         answer = pool.submit(
             client.completions.create,
