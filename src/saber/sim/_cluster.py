@@ -102,7 +102,6 @@ class _Run:
     in_engine: dict[str, EngineRequest] = field(default_factory=dict)
     served_by: dict[str, int] = field(default_factory=dict)
     demoted: set[str] = field(default_factory=set)
-    first_heard: set[str] = field(default_factory=set)  # first tokens in the histogram
     rejected: set[str] = field(default_factory=set)
     calls: int = 0
 
@@ -247,11 +246,10 @@ class _Run:
         if gw is None:
             return
         pools, owner = self.pools, gw.owner
+        for rid, at in res.first_tokens.items():
+            gw.first_token(i, at - self.admitted_at[rid])
         for rid in res.tokens:
             ereq = self.in_engine[rid]
-            if rid not in self.first_heard and ereq.first_token_at is not None:
-                self.first_heard.add(rid)
-                gw.first_token(i, ereq.first_token_at - self.admitted_at[rid])
             if ereq.finished_at is None:
                 pools[owner[rid]].progress(rid, ereq.generated, now)
         heard: set[int] = set()
