@@ -45,6 +45,13 @@ def test_the_overlap_with_arrivals_that_persist_is_the_certain_one_at_the_limit(
     assert math.isclose(overlap(30.0, runs, d, delay=0.0), old)
 
 
+def test_arrivals_are_taken_to_go_on_for_as_long_again_as_they_have_lasted():
+    # Seen from a newcomer that outlasts them all, arrivals 2 s old bring about 2 s
+    # more of them (not a heavy tail: a short burst is most likely over soon).
+    assert overlap(2.0, 1e4, 1e-6) == pytest.approx(2.0, rel=1e-3)
+    assert overlap(2.0, 1e4, 1e-6, delay=2.0) == pytest.approx(2.0 / math.e, rel=1e-3)
+
+
 @pytest.mark.parametrize(("sla", "waits"), [(600.0, True), (12.0, False)])
 def test_a_long_answer_waits_out_a_burst_of_short_ones_only_with_time_to_spare(
     sla: float, waits: bool

@@ -20,8 +20,9 @@ RECENT = 16
 
 SHORTEST_S = 0.05
 """The shortest span a rate is taken over: a guard against dividing by nothing at a
-run's first arrival. What the requests still to come cost grows only with the log of
-1 / this (``saber.scheduler._costs``), so its value barely matters, on any engine."""
+run's first arrival. The arrivals still to come are then the rate over it times the
+time they are taken to go on (about as long again: ``saber.scheduler._costs``), about
+one whatever its value, so its value barely matters, on any engine."""
 
 
 K = TypeVar("K")
@@ -80,8 +81,9 @@ class Arrivals:
     def age(self, now: float) -> float:
         """How long the current run of arrivals has lasted: since the first arrival
         after the window last emptied. Arrivals that have lasted a seconds are taken to
-        last as long again, x more with chance a / (a + x) (``saber.scheduler._costs``):
-        a burst is likely to end soon, a stream that has run all day is not."""
+        last as long again on average, x more with chance exp(-x / a)
+        (``saber.scheduler._costs``): a burst is likely to end soon, a stream that has
+        run all day is not."""
         return max(now - self._since, SHORTEST_S)
 
     def rate(self, now: float) -> float:

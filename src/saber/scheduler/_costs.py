@@ -23,20 +23,15 @@ from saber.scheduler._request import MAX_TOKENS, SchedRequest, Tier
 def overlap(age: float, runs: float, d: float, delay: float = 0.0) -> float:
     """The arrivals a newcomer that starts in ``delay`` s and runs ``runs`` s is expected
     to slow, per arrival a second, each counted by the share of its own run ``d`` that
-    both run: arrivals that have lasted ``age`` s go on x s more with chance
-    age / (age + x) (a run of arrivals is as likely to be half over as not). Were they
-    certain to go on, it would be runs - d / 2 (d <= runs) or runs^2 / 2d."""
-    a = age + delay
-    weight = age / a  # the chance that they are still coming when it starts
-    if d <= runs:
-        both = (
-            d * math.log((a + runs - d) / a)
-            + (runs + a) * math.log((a + runs) / (a + runs - d))
-            - d
-        )
-    else:
-        both = (runs + a) * math.log((a + runs) / a) - runs
-    return weight * a * both / d
+    both run. Arrivals that have lasted ``age`` s are taken to go on for as long again,
+    on average: x s more with chance exp(-x / age). Were they certain to go on, it
+    would be runs - d / 2 (d <= runs) or runs^2 / 2d."""
+
+    def coming(x: float) -> float:  # over t in 0..x, the seconds of arrivals within t
+        return age * x + age * age * math.expm1(-x / age)
+
+    shared = coming(runs) - (coming(runs - d) if d <= runs else 0.0)
+    return math.exp(-delay / age) * shared / d
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +76,7 @@ class Costs(Bookkeeping):
     def _future(self, now: float, speed: float) -> Future:
         """The requests still to come, per task of the recent mix: one more sequence
         slows every one that arrives while it runs, for as long as both run, and
-        arrivals go on for about as long again as they have lasted."""
+        arrivals go on for as long again as they have lasted, on average."""
         rate = self._arrivals.rate(now) / self._arrival_share * self._place_share
         rate *= self.policy.future_weight
         if rate <= 0:
