@@ -180,3 +180,37 @@ def test_rendezvous_is_stable_and_a_margin_is_a_chance() -> None:
         pool(2, 1.5)
     with pytest.raises(ValueError, match="affinity margin"):
         pool(2, -0.1)
+
+
+def test_a_session_request_its_backend_holds_for_later_waits_there() -> None:
+    # A session streams short requests, twenty a second, onto its backend; the other
+    # backend is idle and would run its long request (due in 10 minutes) at once. On its
+    # own backend that request is worth more once the stream has passed: it waits there
+    # for its prefix cache (Pool._stays), and runs there when the short ones are done.
+    short = TaskType(
+        name="s", mean_input_tokens=100, mean_output_tokens=20, sla_s=0.25, max_tokens=64
+    )
+    long = TaskType(
+        name="l", mean_input_tokens=100, mean_output_tokens=1000, sla_s=600.0, max_tokens=4096
+    )
+    p = Pool.build(
+        [sloped(100.0, 0.02)] * 2,
+        Policy.named("closed-loop", max_concurrency=256, future_weight=0.5),
+        tasks=[short, long],
+        affinity_margin=0.5,
+    )
+    key = key_on(0, [0, 1])
+    now = 0.0
+    for i in range(100):
+        now = i * 0.05
+        p.offer(request_for(short, id=f"s{i}", arrival=now, max_tokens=64, affinity=key), now)
+        for done in p.backends[0].running():
+            if done.admitted_at is not None and now - done.admitted_at > 0.2:
+                p.finish(done.id, now, 20)
+    assert not p.backends[1].running()
+    assert admitted(p.offer(request_for(long, id="long", arrival=now, affinity=key), now)) == {}
+    assert p.backend_of("long") == 0  # held where its session is, not moved
+    later = now + 0.25
+    for done in p.backends[0].running():
+        p.finish(done.id, later, 20)
+    assert admitted(p.poll(later)) == {"long": 0}
