@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from test_chance import task
 
 from saber.config import TaskType
 from saber.scheduler import Action, Placed, Policy, Pool, request_for
@@ -187,12 +188,7 @@ def test_a_session_request_its_backend_holds_for_later_waits_there() -> None:
     # backend is idle and would run its long request (due in 10 minutes) at once. On its
     # own backend that request is worth more once the stream has passed: it waits there
     # for its prefix cache (Pool._stays), and runs there when the short ones are done.
-    short = TaskType(
-        name="s", mean_input_tokens=100, mean_output_tokens=20, sla_s=0.25, max_tokens=64
-    )
-    long = TaskType(
-        name="l", mean_input_tokens=100, mean_output_tokens=1000, sla_s=600.0, max_tokens=4096
-    )
+    short, long = task("s", 20, 0.25, cap=64), task("l", 1000, 600.0, cap=4096)
     p = Pool.build(
         [sloped(100.0, 0.02)] * 2,
         Policy.named("closed-loop", max_concurrency=256, future_weight=0.5),
