@@ -30,7 +30,8 @@ def test_cluster_cli_writes_results_json_markdown_and_a_plot(tmp_path, capsys):
     for row in rows:
         assert (row["workload"], row["multiple"], row["seeds"]) == ("W1", 1.0, 1)
         assert row["rps"] == pytest.approx(pool) and row["capacity_rps"] == pytest.approx(pool)
-        assert 0 < row["goodput"] <= 100
+        assert 0 < row["goodput"] <= row["ceiling"] <= 100
+        assert row["ceiling"] == rows[0]["ceiling"]  # the load's, whatever the policy
         if row["policy"] in ROUTERS:
             assert row["refused"] == 0.0  # a router refuses none
         assert row["goodput_by_seed"] == [row["goodput"]]
@@ -40,6 +41,7 @@ def test_cluster_cli_writes_results_json_markdown_and_a_plot(tmp_path, capsys):
     assert by["round-robin"]["share_by_replica"] == pytest.approx([35.0, 32.5, 32.5])
     text = (tmp_path / "results.md").read_text()
     assert "Goodput" in text and "Refused" in text and "Preemptions" in text
+    assert f"| {rows[0]['ceiling']:.1f} |" in text.split("Share of")[0]
     assert (tmp_path / "cluster_goodput.png").stat().st_size > 10_000
 
 

@@ -7,12 +7,22 @@ import pytest
 from saber.bench import _grid
 from saber.bench._engines_file import load_engines
 from saber.bench._offline import saturation_rate
+from saber.bench._runner import serve_alone, serve_static
 from saber.bench.cli import main
-from saber.bench.matrix.run import EngineFit, Matrix, MatrixRun, Point, PointResult, Served
+from saber.bench.matrix.run import (
+    EngineFit,
+    Matrix,
+    MatrixRun,
+    Point,
+    PointResult,
+    Served,
+    sla_scaled,
+)
 from saber.bench.matrix.summary import summarize_matrix, summary
 from saber.config import ConfigError, load_tasks, load_workloads
 from saber.engine import get_preset
 from saber.scheduler import Policy
+from saber.workload import generate_trace
 
 SMALL = Matrix(
     presets=("e",),
@@ -40,14 +50,14 @@ def small_run() -> MatrixRun:
     results = [
         # 2 RPS: B=10 and B=20 tie at 0.9 (the smaller B is best); vLLM 0.8.
         point(2.0, 0, static10=served(0.9), static20=served(1.0), vllm=served(0.8),
-              saber_default=served(0.95), saber_usl=served(0.9)),
+              ceiling=served(1.0), saber_default=served(0.95), saber_usl=served(0.9)),
         point(2.0, 1, static10=served(0.9), static20=served(0.8), vllm=served(0.8),
-              saber_default=served(0.85), saber_usl=served(0.9)),
-        # 8 RPS: B=20 is best (0.5); the default refuses 10% and 30%.
+              ceiling=served(1.0), saber_default=served(0.85), saber_usl=served(0.9)),
+        # 8 RPS: B=20 is best (0.5); the default refuses 10% and 30%; the ceiling 0.7.
         point(8.0, 0, static10=served(0.3), static20=served(0.5), vllm=served(0.2),
-              saber_default=served(0.4, 0.1), saber_usl=served(0.6)),
+              ceiling=served(0.7), saber_default=served(0.4, 0.1), saber_usl=served(0.6)),
         point(8.0, 1, static10=served(0.3), static20=served(0.5), vllm=served(0.2),
-              saber_default=served(0.4, 0.3), saber_usl=served(0.6)),
+              ceiling=served(0.7), saber_default=served(0.4, 0.3), saber_usl=served(0.6)),
     ]  # fmt: skip
     return MatrixRun(SMALL, {"e": EngineFit("e", {}, None, {"W1": 4.0})}, results)
 
@@ -57,7 +67,9 @@ def test_a_cell_takes_the_best_static_b_per_load_and_the_gaps_over_its_loads():
     low, high = cell.loads
     assert (low.rps, low.best_static_b, low.best_static) == (2.0, 10, pytest.approx(90.0))
     assert (high.best_static_b, high.best_static) == (20, pytest.approx(50.0))
-    assert low.goodput == pytest.approx({"vllm": 80.0, "default": 90.0, "usl": 90.0})
+    assert low.goodput == pytest.approx(
+        {"vllm": 80.0, "ceiling": 100.0, "default": 90.0, "usl": 90.0}
+    )
     assert high.refused["default"] == pytest.approx(20.0)  # mean of 10% and 30%
     assert high.refused["best_static"] == 0.0 and high.seeds == 2
     default = cell.gaps["default"]
@@ -83,6 +95,24 @@ def test_the_summary_counts_cells_that_miss_a_target_and_where_vllm_struggles():
     assert struggles["cells"] == 1 and struggles["loads_below"] == 1
     assert struggles["gain_where_below"] == pytest.approx(20.0)
     assert struggles["gain_all_loads"] == pytest.approx(15.0)
+    assert struggles["room_where_below"] == pytest.approx(50.0)  # ceiling 70 over vLLM's 20
+
+
+def test_the_ceiling_serves_each_request_alone_and_no_run_meets_a_request_it_misses():
+    tasks = sla_scaled(load_tasks(), 0.5)
+    w1 = load_workloads(tasks=load_tasks())["W1"]
+    preset = get_preset("paper")
+    trace = generate_trace(w1, tasks, rps=20, n=60, seed=5, mode="realistic")
+    ceiling = serve_alone(trace, preset, tasks)
+    assert [r.id for r in ceiling.records] == [r.id for r in trace]
+    first = trace[0]
+    (alone,) = serve_static([first], preset, 256, tasks).records
+    assert ceiling.records[0].e2e == pytest.approx(alone.e2e)
+    met_alone = {r.id for r in ceiling.records if r.met_sla}
+    for batch in (10, 256):
+        crowded = serve_static(trace, preset, batch, tasks)
+        assert {r.id for r in crowded.records if r.met_sla} <= met_alone
+        assert crowded.goodput() < ceiling.goodput()
 
 
 def test_a_faster_engine_saturates_at_a_higher_rate():
@@ -194,6 +224,7 @@ def test_matrix_cli_writes_results_json_markdown_and_heatmaps(tmp_path, capsys):
         assert row["best_static_b"] in (20, 60) and set(row["static"]) == {"20", "60"}
         for name in ("default", "saber_usl", "vllm", "best_static"):
             assert 0 <= row[f"{name}_goodput"] <= 100 and 0 <= row[f"{name}_refused"] <= 100
+            assert row[f"{name}_goodput"] <= row["ceiling_goodput"]
     assert len(data["cells"]) == 2 and "default" in data["cells"][0]
     assert set(data["summary"]["targets"]) == {"default", "usl"}
     text = (out / "results.md").read_text()

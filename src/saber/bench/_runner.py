@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -11,7 +12,7 @@ import numpy as np
 from saber.bench._grid import Cell, Sweep, with_default
 from saber.bench._pool import parallel_map
 from saber.config import TaskType, Workload
-from saber.engine import Engine, EnginePreset, get_preset
+from saber.engine import Engine, EnginePreset, EngineRequest, get_preset
 from saber.scheduler import Policy, Scheduler, TTFTFn
 from saber.sim import SimRecord, SimResult, simulate
 from saber.speed import SpeedModel
@@ -69,6 +70,49 @@ def serve_static(
 ) -> SimResult:
     """vLLM alone: every request straight to an engine with ``max_num_seqs``."""
     return simulate(trace, Engine(preset, max_num_seqs=max_num_seqs), tasks=tasks)
+
+
+def serve_alone(
+    trace: Sequence[TraceRequest], preset: EnginePreset, tasks: Mapping[str, TaskType]
+) -> SimResult:
+    """Each request on an idle engine of its own, from its arrival. A request is never
+    faster than alone, so no scheduler meets more SLAs on this trace: the ceiling that
+    tells a gain the gateway misses from one that is not there."""
+    records = []
+    for r in trace:
+        first, last = _alone(preset, r.prompt_tokens, r.output_tokens)
+        task = tasks[r.task]
+        records.append(
+            SimRecord(
+                id=r.id,
+                task=r.task,
+                arrival=r.arrival,
+                sla_s=task.sla_s,
+                admitted_at=r.arrival,
+                started_at=r.arrival,
+                first_token_at=r.arrival + first,
+                finished_at=r.arrival + last,
+                output_tokens=r.output_tokens,
+                preemptions=0,
+                demoted=False,
+                rejected=False,
+                sla_kind=task.sla_kind,
+            )
+        )
+    return SimResult(records)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _alone(preset: EnginePreset, prompt_tokens: int, output_tokens: int) -> tuple[float, float]:
+    """Seconds from arrival to the first and the last token on an idle engine. Cached:
+    a seed draws the same lengths at every load, so the matrix asks again and again."""
+    engine = Engine(preset)
+    req = EngineRequest("alone", prompt_tokens, output_tokens)
+    engine.add(req)
+    while engine.step(0.0, max_steps=1 << 30) is not None:
+        pass
+    assert req.first_token_at is not None and req.finished_at is not None
+    return req.first_token_at, req.finished_at
 
 
 def serve_saber(

@@ -15,7 +15,8 @@ from saber.bench.cluster.run import ClusterRun, describe_pool
 
 
 def goodput_vs_load(run: ClusterRun, path: Path) -> Path:
-    """Goodput (%) against the load as a multiple of the pool's capacity."""
+    """Goodput (%) against the load as a multiple of the pool's capacity; a dashed
+    line: the ceiling, each request alone on the pool's best replica."""
     data = rows(run)
     workloads = list(dict.fromkeys(r["workload"] for r in data))
     fig, axes = plt.subplots(1, len(workloads), figsize=(5 * len(workloads), 3.8), squeeze=False)
@@ -27,6 +28,8 @@ def goodput_vs_load(run: ClusterRun, path: Path) -> Path:
                 if r["workload"] == workload and r["policy"] == policy
             )
             ax.plot([m for m, _ in line], [g for _, g in line], "o-", label=policy)
+        top = sorted({(r["multiple"], r["ceiling"]) for r in data if r["workload"] == workload})
+        ax.plot([m for m, _ in top], [c for _, c in top], "k--", lw=1, label="ceiling (alone)")
         ax.set_title(f"{workload} (capacity {run.capacity[workload]:.3g} req/s)")
         ax.set_xlabel("load (x the pool's saturation rate)")
         ax.set_ylabel("goodput (%)")

@@ -28,7 +28,9 @@ def _multi(run: ClusterRun) -> list[str]:
 
 def rows(run: ClusterRun) -> list[dict[str, Any]]:
     """One row per (workload, multiple, policy): goodput, refused and each replica's
-    share of the requests in percent, preemptions per run, means over the seeds."""
+    share of the requests in percent, preemptions per run, means over the seeds; and
+    the load's ceiling (each request alone on the pool's best replica), the same in
+    every policy's row."""
     groups: dict[tuple[str, float], list[PointResult]] = {}
     for r in run.results:
         groups.setdefault((r.point.workload, r.point.multiple), []).append(r)
@@ -48,6 +50,7 @@ def rows(run: ClusterRun) -> list[dict[str, Any]]:
                     "seeds": len(runs),
                     "goodput": 100 * float(np.mean([s.goodput for s in runs])),
                     "goodput_by_seed": [100 * s.goodput for s in runs],
+                    "ceiling": 100 * float(np.mean([r.ceiling for r in results])),
                     "refused": 100 * float(np.mean([s.refused for s in runs])),
                     "share_by_replica": [100 * float(x) for x in shares],
                     "preemptions": float(np.mean([s.preemptions for s in runs])),
@@ -127,12 +130,16 @@ def _header(run: ClusterRun) -> list[str]:
     ]
 
 
-def _table(data: Sequence[dict[str, Any]], policies: Sequence[str], cell: str) -> list[str]:
+def _table(
+    data: Sequence[dict[str, Any]], policies: Sequence[str], cell: str, *, ceiling: bool = False
+) -> list[str]:
+    """One row per load, one column per policy; ``ceiling`` adds the load's ceiling."""
     by = {(r["workload"], r["multiple"], r["policy"]): r for r in data}
     loads = list(dict.fromkeys((r["workload"], r["multiple"], r["rps"]) for r in data))
+    extra = ["ceiling"] if ceiling else []
     out = [
-        "| workload | load | req/s | " + " | ".join(policies) + " |",
-        "|---|---|---|" + "---|" * len(policies),
+        "| workload | load | req/s | " + " | ".join([*policies, *extra]) + " |",
+        "|---|---|---|" + "---|" * (len(policies) + len(extra)),
     ]
     for w, m, rps in loads:
         cells = []
@@ -144,6 +151,8 @@ def _table(data: Sequence[dict[str, Any]], policies: Sequence[str], cell: str) -
                 cells.append(" / ".join(f"{x}" for x in r[cell]))
             else:
                 cells.append(f"{r[cell]:.1f}")
+        if ceiling:
+            cells.append(f"{by[(w, m, policies[0])]['ceiling']:.1f}")
         out.append(f"| {w} | {m:g}x | {rps:.3g} | " + " | ".join(cells) + " |")
     return out
 
@@ -155,8 +164,9 @@ def table(run: ClusterRun) -> str:
     return "\n".join(
         [
             *_header(run),
-            "Goodput (% of requests within their SLA):\n",
-            *_table(data, policies, "goodput"),
+            "Goodput (% of requests within their SLA); ceiling: the share that meets its "
+            "SLA alone on an idle replica of the best kind, which no policy passes:\n",
+            *_table(data, policies, "goodput", ceiling=True),
             f"\nShare of the requests sent to each replica (%; {replicas}):\n",
             *_table(data, policies, "share"),
             *_gateway_tables(run, data),

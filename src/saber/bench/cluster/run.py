@@ -4,8 +4,9 @@ Every workload x load x seed is one trace, in realistic mode (clients send their
 task's cap as max_tokens), with the task types the gateway ships; loads are multiples
 of the pool's capacity, the sum of the rate at which vLLM alone saturates each replica.
 Each trace is served by every policy on fresh engines with vLLM's default
-``max_num_seqs``. ``saber xM``: M gateways in front of the pool, each the ``saber``
-policy's own pool, knowing of the others only by scraping the replicas.
+``max_num_seqs``, and each of its requests alone on each kind of replica (the ceiling).
+``saber xM``: M gateways in front of the pool, each the ``saber`` policy's own pool,
+knowing of the others only by scraping the replicas.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from saber.bench._grid import VLLM_DEFAULT_MAX_NUM_SEQS, shipped_policy
 from saber.bench._offline import engine_profiles, saturation_rate
 from saber.bench._pool import parallel_map
-from saber.bench._runner import summarize
+from saber.bench._runner import serve_alone, summarize
 from saber.config import TaskType, Workload
 from saber.engine import Engine, EnginePreset
 from saber.scheduler import PLACEMENTS, Placement, Pool
@@ -243,6 +244,21 @@ class Served:
 class PointResult:
     point: Point
     runs: dict[str, Served]  # policy -> its run
+    ceiling: float  # share of requests that meet their SLA alone on the pool's best replica
+
+
+def ceiling(
+    trace: Sequence[TraceRequest],
+    presets: Sequence[EnginePreset],
+    tasks: Mapping[str, TaskType],
+) -> float:
+    """The share of ``trace`` that meets its SLA alone on an idle replica of one of
+    ``presets``: no placement or admission over the pool meets more."""
+    met = [False] * len(trace)
+    for preset in presets:
+        for i, record in enumerate(serve_alone(trace, preset, tasks).records):
+            met[i] = met[i] or record.met_sla
+    return sum(met) / len(met) if met else 0.0
 
 
 @dataclass(frozen=True)
@@ -311,7 +327,8 @@ class _Shared:
             ]
             fits = [self.fits[p] for p in bench.pool] if self.fits else []
             runs[name] = served(serve[name](trace, engines, self.tasks, fits))
-        return PointResult(point, runs)
+        distinct = [self.presets[p] for p in dict.fromkeys(bench.pool)]
+        return PointResult(point, runs, ceiling(trace, distinct, self.tasks))
 
 
 def run_cluster(

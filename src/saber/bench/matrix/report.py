@@ -9,7 +9,7 @@ from typing import Any
 
 from saber.bench._report import dumps
 from saber.bench._summary import json_name
-from saber.bench.matrix.run import Matrix, MatrixRun
+from saber.bench.matrix.run import CEILING, Matrix, MatrixRun
 from saber.bench.matrix.summary import (
     TARGETS,
     VLLM,
@@ -64,6 +64,7 @@ def _row(cell: MatrixCell, r: LoadRow, policies: Sequence[str]) -> dict[str, Any
         "static": {str(b): g for b, g in r.static.items()},
         "vllm_goodput": r.goodput[VLLM],
         "vllm_refused": r.refused[VLLM],
+        "ceiling_goodput": r.goodput[CEILING],
     }
     for p in policies:
         out[f"{json_name(p)}_goodput"] = r.goodput[p]
@@ -120,15 +121,18 @@ def summary_markdown(matrix: Matrix, cells: Sequence[MatrixCell]) -> str:
             out.append(f"| {p} | " + " | ".join(_pts(s["paper"][p][w]) for w in workloads) + " |")
     out += [
         f"\nCells where vLLM alone is below {VLLM_STRUGGLES:g}% at some load: gain over "
-        "vLLM alone, pooled over those cells' loads:\n",
-        "| policy | workload | cells | loads < 80% | mean where vLLM < 80% | mean, all loads |",
-        "|---|---|---|---|---|---|",
+        "vLLM alone, pooled over those cells' loads; the room is the ceiling (each request "
+        "alone on an idle engine) over vLLM alone at the same loads, which no gain passes:\n",
+        "| policy | workload | cells | loads < 80% | mean where vLLM < 80% | room there "
+        "| mean, all loads |",
+        "|---|---|---|---|---|---|---|",
     ]
     for p in policies:
         for w, g in s["vllm_struggles"][p].items():
             out.append(
                 f"| {p} | {w} | {g['cells']} | {g['loads_below']} | "
-                f"{_pts(g['gain_where_below'])} | {_pts(g['gain_all_loads'])} |"
+                f"{_pts(g['gain_where_below'])} | {_pts(g['room_where_below'])} | "
+                f"{_pts(g['gain_all_loads'])} |"
             )
     for p in policies:
         out += [
@@ -178,10 +182,11 @@ def cells_markdown(matrix: Matrix, cells: Sequence[MatrixCell]) -> str:
 
 
 def loads_markdown(matrix: Matrix, cells: Sequence[MatrixCell]) -> str:
-    """One row per load: goodput % of the best static B, vLLM alone and each policy, and
-    the % of requests each refused (never served)."""
+    """One row per load: goodput % of the best static B, vLLM alone, the ceiling and each
+    policy, and the % of requests each refused (never served)."""
     policies = matrix.policies
     head = ["engine", "workload", "grid", "SLA", "load", "best B", "best static", "vLLM"]
+    head += ["ceiling"]
     refusers = ("best_static", VLLM, *policies)
     head += [*policies, f"refused %: {', '.join(refusers)}"]
     out = ["## Per load\n", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -189,6 +194,7 @@ def loads_markdown(matrix: Matrix, cells: Sequence[MatrixCell]) -> str:
         for r in c.loads:
             row = [c.preset, c.workload, c.grid, _scale(c.sla_scale), _load(r)]
             row += [str(r.best_static_b), f"{r.best_static:.1f}", f"{r.goodput[VLLM]:.1f}"]
+            row.append(f"{r.goodput[CEILING]:.1f}")
             row += [f"{r.goodput[p]:.1f}" for p in policies]
             row.append(" / ".join(f"{r.refused[n]:.1f}" for n in refusers))
             out.append("| " + " | ".join(row) + " |")

@@ -4,7 +4,8 @@ Every engine preset x workload x load grid x SLA scale, in realistic mode (clien
 send their task's cap as max_tokens), with the task types the gateway ships. Each
 trace is served by every static B, by vLLM alone (max_num_seqs 256, no scheduler),
 by the policy configs/gateway.yaml ships (``default``) and by each variant, the
-scheduler's f(L) and TTFT fit being what saber-profile would fit on that engine.
+scheduler's f(L) and TTFT fit being what saber-profile would fit on that engine; and
+each of its requests alone on an idle engine, the ceiling no scheduler passes.
 
 A trace does not depend on the SLAs, so one worker task serves one trace at every
 SLA scale: the static runs once (each scored by every scale's SLAs), the
@@ -27,7 +28,7 @@ from saber.bench._grid import (
 )
 from saber.bench._offline import engine_profiles, saturation_rate
 from saber.bench._pool import parallel_map
-from saber.bench._runner import refused_share, rescore, serve_saber, serve_static
+from saber.bench._runner import refused_share, rescore, serve_alone, serve_saber, serve_static
 from saber.config import TaskType, Workload
 from saber.engine import PRESETS, EnginePreset
 from saber.sim import SimResult
@@ -37,6 +38,7 @@ from saber.workload import generate_trace
 GRIDS = ("paper", "capacity")
 CAPACITY_MULTIPLES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5)
 SLA_SCALES = (0.5, 1.0, 2.0)
+CEILING = "ceiling"  # each request alone on an idle engine: no scheduler meets more
 PROFILE_WORKLOAD = "W3"  # the mix saber-profile's closed loop is run with
 # --quick: slow to fast (capacity on W3 from 2.8 to 73 requests/s), two of them short
 # of KV cache (l4 and a10 with the 7B model preempt under a burst), and the paper's.
@@ -188,6 +190,7 @@ def run_point(
     )
     static = {f"static:{b}": serve_static(trace, preset, b, tasks) for b in matrix.batch_sizes}
     static["vllm"] = serve_static(trace, preset, VLLM_DEFAULT_MAX_NUM_SEQS, tasks)
+    static[CEILING] = serve_alone(trace, preset, tasks)
     runs: dict[float, dict[str, Served]] = {}
     for scale in matrix.sla_scales:
         scaled = sla_scaled(tasks, scale)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from saber.bench._summary import best_static, seed_means, static_of
-from saber.bench.matrix.run import MatrixRun, Served
+from saber.bench.matrix.run import CEILING, MatrixRun, Served
 
 VLLM = "vllm"
 
@@ -39,8 +39,9 @@ WORST_SHOWN = 10
 
 @dataclass(frozen=True)
 class LoadRow:
-    """One load of a cell. ``goodput`` and ``refused`` hold vLLM alone (``vllm``) and
-    every policy (``default``, variants); ``refused`` also the best static B's."""
+    """One load of a cell. ``goodput`` and ``refused`` hold vLLM alone (``vllm``), the
+    ceiling (``ceiling``: each request alone on an idle engine) and every policy
+    (``default``, variants); ``refused`` also the best static B's."""
 
     rps: float
     multiple: float | None  # of the capacity, on the capacity grid
@@ -190,13 +191,20 @@ def summary(cells: Sequence[MatrixCell], policies: Sequence[str]) -> dict[str, A
 
 def _struggles(cells: Sequence[MatrixCell], policy: str) -> dict[str, Any]:
     """Over the cells where vLLM alone is below 80% at some load: the policy's gain
-    over vLLM alone, pooled over those loads, and over all their loads."""
+    over vLLM alone, pooled over those loads, and over all their loads; and the room
+    there, the ceiling over vLLM alone, which no policy's gain passes."""
     hit = [c for c in cells if any(r.goodput[VLLM] < VLLM_STRUGGLES for r in c.loads)]
-    gains = [(r.goodput[policy] - r.goodput[VLLM], r.goodput[VLLM]) for c in hit for r in c.loads]
-    below = [g for g, v in gains if v < VLLM_STRUGGLES]
+    loads = [r for c in hit for r in c.loads]
+    below = [r for r in loads if r.goodput[VLLM] < VLLM_STRUGGLES]
+
+    def mean_over(rows: Sequence[LoadRow], run: str) -> float:
+        gains = [r.goodput[run] - r.goodput[VLLM] for r in rows]
+        return statistics.fmean(gains) if gains else float("nan")
+
     return {
         "cells": len(hit),
         "loads_below": len(below),
-        "gain_where_below": statistics.fmean(below) if below else float("nan"),
-        "gain_all_loads": statistics.fmean(g for g, _ in gains) if gains else float("nan"),
+        "gain_where_below": mean_over(below, policy),
+        "gain_all_loads": mean_over(loads, policy),
+        "room_where_below": mean_over(below, CEILING),
     }
