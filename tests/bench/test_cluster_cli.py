@@ -123,3 +123,21 @@ def test_gateways_add_the_saber_variants_only_with_saber():
     assert with_gateways(("queue-kv",), (1, 2)) == ("queue-kv",)
     assert with_gateways(("saber x4", "saber"), (4,)) == ("saber x4", "saber")
     assert set(policies((1, 3))) == set(policies()) | {"saber x3"}
+
+
+def test_oracle_mode_tells_the_gateways_the_lengths_and_leaves_the_routers_alone(capsys):
+    # The same traces either way; only what the gateways are told changes.
+    args = ["cluster", "--workloads", "W1", "--multiples", "1.5", "--seeds", "1"]
+    args += ["--requests", "60", "--jobs", "1", "--no-progress", "--format", "json"]
+    args += ["--policies", "queue-kv,saber", "--gateways", "1,2"]
+    by_mode = {}
+    for mode in ("realistic", "oracle"):
+        main([*args, "--mode", mode])
+        data = json.loads(capsys.readouterr().out)
+        assert data["bench"]["mode"] == mode
+        by_mode[mode] = {r["policy"]: r for r in data["rows"]}
+    real, oracle = by_mode["realistic"], by_mode["oracle"]
+    assert oracle["queue-kv"]["goodput"] == real["queue-kv"]["goodput"]
+    assert oracle["saber"]["ceiling"] == real["saber"]["ceiling"]
+    for name in ("saber", "saber x2"):
+        assert oracle[name]["goodput"] > real[name]["goodput"]

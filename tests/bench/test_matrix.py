@@ -233,6 +233,23 @@ def test_matrix_cli_writes_results_json_markdown_and_heatmaps(tmp_path, capsys):
     assert (out / "matrix_usl.png").exists()
 
 
+def test_oracle_mode_tells_the_schedulers_the_lengths_and_leaves_the_static_runs(capsys):
+    args = ["matrix", "--presets", "paper", "--workloads", "W1", "--grids", "paper"]
+    args += ["--rps", "10", "--sla-scales", "1", "--seeds", "1", "--batch-sizes", "30"]
+    args += ["--requests", "40", "--jobs", "1", "--no-progress", "--format", "json"]
+    rows = {}
+    for mode in ("realistic", "oracle"):
+        main([*args, "--mode", mode])
+        data = json.loads(capsys.readouterr().out)
+        assert data["matrix"]["mode"] == mode
+        (rows[mode],) = data["rows"]
+    real, oracle = rows["realistic"], rows["oracle"]
+    for name in ("best_static", "vllm", "ceiling"):
+        assert oracle[f"{name}_goodput"] == real[f"{name}_goodput"]
+    # The paper's rule admits by max_tokens: the task's cap, or the true length.
+    assert oracle["saber_usl_goodput"] != real["saber_usl_goodput"]
+
+
 def test_matrix_default_is_whatever_the_gateway_ships(capsys, monkeypatch):
     monkeypatch.setattr(_grid, "shipped_policy", lambda: Policy.named("paper", queue_cap=256))
     main(

@@ -87,6 +87,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         help="requests per trace (default 100 per replica, as the matrix serves one engine)",
     )
+    c.add_argument(
+        "--mode",
+        choices=("realistic", "oracle"),
+        help="realistic (default): clients send their task's cap as max_tokens; oracle: "
+        "the true length, and the gateway trusts it (routers ignore it)",
+    )
     c.add_argument("--jobs", type=int, help="worker processes (default: CPU count)")
     c.add_argument(
         "--format",
@@ -111,6 +117,7 @@ def _bench_from(args: argparse.Namespace) -> ClusterBench:
         gateways=args.gateways,
         scrape_s=args.scrape_s,
         headroom=args.headroom,
+        mode=args.mode,
     )
     bench = with_overrides(bench, policies=with_gateways(bench.policies, bench.gateways))
     known = policies(bench.gateways)

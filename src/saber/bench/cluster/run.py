@@ -1,12 +1,13 @@
 """A pool of replicas: what a run covers, the ways to serve a trace on it, and running it.
 
 Every workload x load x seed is one trace, in realistic mode (clients send their
-task's cap as max_tokens), with the task types the gateway ships; loads are multiples
-of the pool's capacity, the sum of the rate at which vLLM alone saturates each replica.
-Each trace is served by every policy on fresh engines with vLLM's default
-``max_num_seqs``, and each of its requests alone on each kind of replica (the ceiling).
-``saber xM``: M gateways in front of the pool, each the ``saber`` policy's own pool,
-knowing of the others only by scraping the replicas.
+task's cap as max_tokens; in oracle mode the true length, which the gateway trusts),
+with the task types the gateway ships; loads are multiples of the pool's capacity, the
+sum of the rate at which vLLM alone saturates each replica. Each trace is served by
+every policy on fresh engines with vLLM's default ``max_num_seqs``, and each of its
+requests alone on each kind of replica (the ceiling). ``saber xM``: M gateways in front
+of the pool, each the ``saber`` policy's own pool, knowing of the others only by
+scraping the replicas.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from saber.engine import Engine, EnginePreset
 from saber.scheduler import PLACEMENTS, Placement, Pool
 from saber.sim import ROUTERS, SCRAPE_S, ClusterResult, simulate_cluster
 from saber.speed import SpeedModel, TTFTFit
-from saber.workload import TraceRequest, generate_trace
+from saber.workload import Mode, TraceRequest, generate_trace
 
 POOL = "2xa10-qwen2.5-coder-3b,1xa100-40gb-qwen2.5-coder-3b"
 """The default pool: one model on two kinds of accelerator, the fast one about twice
@@ -90,19 +91,22 @@ def _pool(
 
 def _saber(
     place: Placement,
+    oracle: bool,
     trace: Sequence[TraceRequest],
     engines: list[Engine],
     tasks: Mapping[str, TaskType],
     fits: Sequence[ReplicaFit],
 ) -> ClusterResult:
-    """One gateway over the pool, placing by ``place``."""
-    return simulate_cluster(trace, engines, tasks=tasks, pool=_pool(place, tasks, fits))
+    """One gateway over the pool, placing by ``place``; ``oracle``: it trusts max_tokens."""
+    pool = _pool(place, tasks, fits)
+    return simulate_cluster(trace, engines, tasks=tasks, pool=pool, trust_max_tokens=oracle)
 
 
 def _saber_gateways(
     count: int,
     headroom: int | None,
     scrape_s: float,
+    oracle: bool,
     trace: Sequence[TraceRequest],
     engines: list[Engine],
     tasks: Mapping[str, TaskType],
@@ -112,7 +116,13 @@ def _saber_gateways(
     ``scrape_s``; ``headroom`` None derives it from the number of gateways."""
     pools = [_pool("chance", tasks, fits, 1.0 / count) for _ in range(count)]
     return simulate_cluster(
-        trace, engines, tasks=tasks, gateways=pools, scrape_s=scrape_s, headroom=headroom
+        trace,
+        engines,
+        tasks=tasks,
+        gateways=pools,
+        scrape_s=scrape_s,
+        headroom=headroom,
+        trust_max_tokens=oracle,
     )
 
 
@@ -135,22 +145,26 @@ def gateway_policies(gateways: Sequence[int]) -> list[str]:
 
 
 def policies(
-    gateways: Sequence[int] = (1,), scrape_s: float = SCRAPE_S, headroom: int | None = None
+    gateways: Sequence[int] = (1,),
+    scrape_s: float = SCRAPE_S,
+    headroom: int | None = None,
+    oracle: bool = False,
 ) -> dict[str, ServeFn]:
     """Every way the bench serves a trace on the pool, by name: vLLM alone behind each
     router of ``saber.sim.ROUTERS``; the gateway's admission over the pool, placing by
     chance (``saber``) or as a router would (``saber+round-robin``, ``saber+least-loaded``);
     and for each M > 1 in ``gateways``, M such gateways in front of it (``gateway_policies``),
-    scraping every ``scrape_s``, with ``headroom`` fixed (and so a budget) or derived."""
+    scraping every ``scrape_s``, with ``headroom`` fixed (and so a budget) or derived;
+    ``oracle``: the gateways trust max_tokens as the true length."""
     out: dict[str, ServeFn] = {name: functools.partial(_behind_router, name) for name in ROUTERS}
-    out[SABER] = functools.partial(_saber, "chance")
+    out[SABER] = functools.partial(_saber, "chance", oracle)
     for place in PLACEMENTS:
         if place != "chance":
-            out[f"{SABER}+{place}"] = functools.partial(_saber, place)
+            out[f"{SABER}+{place}"] = functools.partial(_saber, place, oracle)
     for name in gateway_policies(gateways):
         count = int(name.split()[1][1:])
         kept = 0 if name.endswith(NO_HEADROOM) else headroom
-        out[name] = functools.partial(_saber_gateways, count, kept, scrape_s)
+        out[name] = functools.partial(_saber_gateways, count, kept, scrape_s, oracle)
     return out
 
 
@@ -199,6 +213,7 @@ class ClusterBench:
     gateways: tuple[int, ...] = (1,)
     scrape_s: float = SCRAPE_S
     headroom: int | None = None  # the saber xM gateways': None derived, else fixed
+    mode: Mode = "realistic"  # oracle: max_tokens is the true length, and trusted
 
     @property
     def trace_requests(self) -> int:
@@ -317,9 +332,9 @@ class _Shared:
             rps=point.rps,
             n=bench.trace_requests,
             seed=bench.seed_base + point.seed,
-            mode="realistic",
+            mode=bench.mode,
         )
-        serve = policies(bench.gateways, bench.scrape_s, bench.headroom)
+        serve = policies(bench.gateways, bench.scrape_s, bench.headroom, bench.mode == "oracle")
         runs = {}
         for name in bench.policies:
             engines = [

@@ -70,6 +70,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--seeds", type=int, help="traces per load (default 3)")
     m.add_argument("--seed-base", type=int, help="trace seeds BASE..BASE+seeds-1 (default 11000)")
     m.add_argument("--requests", type=int, help="requests per run (default 100)")
+    m.add_argument(
+        "--mode",
+        choices=("realistic", "oracle"),
+        help="realistic (default): clients send their task's cap as max_tokens; oracle: "
+        "the true length, and the scheduler trusts it (what tight max_tokens would buy)",
+    )
     m.add_argument("--jobs", type=int, help="worker processes (default: CPU count)")
     m.add_argument(
         "--format",
@@ -98,6 +104,7 @@ def _matrix_from(args: argparse.Namespace, extra: dict[str, EnginePreset]) -> Ma
         "seeds": args.seeds,
         "seed_base": args.seed_base,
         "requests": args.requests,
+        "mode": args.mode,
     }
     matrix = dataclasses.replace(matrix, **{k: v for k, v in overrides.items() if v is not None})
     problems = []

@@ -100,7 +100,7 @@ def summary_markdown(matrix: Matrix, cells: Sequence[MatrixCell]) -> str:
         f"{len(matrix.presets)} engines x {len(matrix.workloads)} workloads x "
         f"{len(matrix.grids)} load grids x {len(matrix.sla_scales)} SLA scales = "
         f"{len(cells)} cells; {matrix.seeds} trace(s) per load (seeds {matrix.seed_base}.."
-        f"{matrix.seed_base + matrix.seeds - 1}), {matrix.requests} requests each, realistic "
+        f"{matrix.seed_base + matrix.seeds - 1}), {matrix.requests} requests each, {matrix.mode} "
         "mode. Goodput points; best static = the best B per load in hindsight.\n",
         "Cells that miss each target:\n",
         "| policy | " + " | ".join(f"{t.label} >= {t.floor:g}" for t in TARGETS) + " | any |",

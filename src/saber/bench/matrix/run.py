@@ -1,7 +1,8 @@
 """The engine matrix: what it covers, and running it.
 
 Every engine preset x workload x load grid x SLA scale, in realistic mode (clients
-send their task's cap as max_tokens), with the task types the gateway ships. Each
+send their task's cap as max_tokens; in oracle mode the true length, which the
+scheduler trusts), with the task types the gateway ships. Each
 trace is served by every static B, by vLLM alone (max_num_seqs 256, no scheduler),
 by the policy configs/gateway.yaml ships (``default``) and by each variant, the
 scheduler's f(L) and TTFT fit being what saber-profile would fit on that engine; and
@@ -33,7 +34,7 @@ from saber.config import TaskType, Workload
 from saber.engine import PRESETS, EnginePreset
 from saber.sim import SimResult
 from saber.speed import SpeedModel, TTFTFit
-from saber.workload import generate_trace
+from saber.workload import Mode, generate_trace
 
 GRIDS = ("paper", "capacity")
 CAPACITY_MULTIPLES = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5)
@@ -68,6 +69,7 @@ class Matrix:
     seeds: int = 3
     seed_base: int = 11000
     requests: int = 100
+    mode: Mode = "realistic"  # oracle: max_tokens is the true length, and trusted
 
     @classmethod
     def quick(cls) -> Matrix:
@@ -186,7 +188,7 @@ def run_point(
         rps=point.rps,
         n=matrix.requests,
         seed=matrix.seed_base + point.seed,
-        mode="realistic",
+        mode=matrix.mode,
     )
     static = {f"static:{b}": serve_static(trace, preset, b, tasks) for b in matrix.batch_sizes}
     static["vllm"] = serve_static(trace, preset, VLLM_DEFAULT_MAX_NUM_SEQS, tasks)
@@ -206,6 +208,7 @@ def run_point(
                 max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS,
                 ttft=None if ttft is None else ttft.predict,
                 seed=point.seed,
+                oracle=matrix.mode == "oracle",
             )
             runs[scale][f"saber:{policy_name}"] = _served(result, scaled)
     return PointResult(point, runs)
