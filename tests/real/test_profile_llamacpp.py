@@ -125,12 +125,21 @@ def test_profile_llamacpp(
     assert best.kind == profile.kind
     assert best.in_sample_r2 == pytest.approx(profile.r2)
     busy = f"load average {os.getloadavg()} on {os.cpu_count()} CPUs"
-    # The curve explains the level means. The per-request R^2 (printed) also counts how
-    # much one request's speed strays from its level's on a shared 2-core machine: 0.972
-    # in one run, 0.927 in the next, with the level means fitted at 0.997 both times
-    # (0.988 to 0.998 over three runs).
-    assert best.level_r2 >= 0.97, busy
     model = profile.speed_model()
+    # The kept curve explains the batched levels' means (a lone request's is checked
+    # below). Not the per-request R^2 (printed), which also counts how much one request
+    # strays from its level on a shared 2-core machine (0.972 in one run, 0.927 in the
+    # next), nor the selection's held-out level R^2 (printed), which leaves level 2 out
+    # and extrapolates to it from the others: one spell of the machine at one level then
+    # moves it, as in the CI run of c45c30d, where level 4 measured 64.3 tokens/s against
+    # the curve's 68.6 (rounds strayed 6.2%) and the held-out score fell to 0.964 while
+    # the kept curve explained the same means at 0.995.
+    batched = [level for level in LEVELS if level > 1]
+    centre = np.mean([means[level] for level in batched])
+    residual = sum((model.predict(float(level)) - means[level]) ** 2 for level in batched)
+    spread_ss = sum((means[level] - centre) ** 2 for level in batched)
+    explained = 1.0 - residual / spread_ss
+    assert explained >= 0.98, (f"level means R^2 {explained:.4f}", busy)
     # The curve the engine really has, a lone request included (docs/profile.md): within
     # 10% of each level's mean, or within three standard errors of that mean, as the
     # profiler judges two rounds the same speed (``agree``). Each round is one spell of
