@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import get_args
 
 from rich.console import Console
 
@@ -23,6 +24,7 @@ from saber.bench.cluster.run import (
 )
 from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.engine import PRESETS
+from saber.workload import Mode
 
 
 def _pool(text: str) -> tuple[str, ...]:
@@ -89,7 +91,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     c.add_argument(
         "--mode",
-        choices=("realistic", "oracle"),
+        choices=get_args(Mode),
         help="realistic (default): clients send their task's cap as max_tokens; oracle: "
         "the true length, and the gateway trusts it (routers ignore it)",
     )

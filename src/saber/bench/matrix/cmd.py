@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import time
 from pathlib import Path
+from typing import get_args
 
 from rich.console import Console
 
@@ -18,6 +19,7 @@ from saber.bench.matrix.run import GRIDS, Matrix, run_matrix
 from saber.bench.matrix.summary import summarize_matrix
 from saber.config import ConfigError, load_gateway_config, load_tasks, load_workloads
 from saber.engine import PRESETS, EnginePreset
+from saber.workload import Mode
 
 # Wall time on the project's 2-core machine, shared with other work (docs/bench.md).
 QUICK_TIME = "4 to 6 minutes"
@@ -72,9 +74,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--requests", type=int, help="requests per run (default 100)")
     m.add_argument(
         "--mode",
-        choices=("realistic", "oracle"),
+        choices=get_args(Mode),
         help="realistic (default): clients send their task's cap as max_tokens; oracle: "
-        "the true length, and the scheduler trusts it (what tight max_tokens would buy)",
+        "the true length, and the scheduler trusts it (what knowing every length is worth)",
     )
     m.add_argument("--jobs", type=int, help="worker processes (default: CPU count)")
     m.add_argument(
