@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 
 import pytest
 
@@ -82,11 +84,38 @@ def test_a_cell_takes_the_best_static_b_per_load_and_the_gaps_over_its_loads():
     assert usl.mean_vs_best == pytest.approx(5.0) and usl.misses() == []
 
 
+def test_each_gap_has_the_standard_error_of_its_per_seed_differences():
+    (cell,) = summarize_matrix(small_run())
+    low, high = cell.loads
+    # Per seed, in seed order; the best static B's goodput is B=10's at 2 RPS, B=20's at 8.
+    expected = {"vllm": (80, 80), "best_static": (90, 90), "default": (95, 85), "usl": (90, 90)}
+    assert {k: pytest.approx(v) for k, v in expected.items()} == low.by_seed
+    assert high.by_seed["best_static"] == pytest.approx((50, 50))
+    default = cell.gaps["default"]
+    # The mean vs the best static B is -2.5 on seed 0 and -7.5 on seed 1: -5 +- 2.5.
+    assert default.mean_vs_best_se == pytest.approx(2.5)
+    # At its worst load (8 RPS) it trails by 10 on both seeds: no doubt about that one.
+    assert default.worst_vs_best_se == pytest.approx(0.0)
+    # vs vLLM alone, its worst load is 2 RPS: +15 and +5.
+    assert default.worst_vs_vllm_se == pytest.approx(5.0)
+    # -5 + 2 x 2.5 clears -0.5: that miss may be the traces' draw; -10 at 8 RPS is not.
+    assert [t.gap for t in default.misses()] == ["mean_vs_best", "worst_vs_best"]
+    assert [t.gap for t in default.misses_beyond_noise()] == ["worst_vs_best"]
+    # One seed tells no error: every miss counts.
+    one = Matrix(**{**dataclasses.asdict(SMALL), "seeds": 1})
+    run = small_run()
+    first = [r for r in run.results if r.point.seed == 0]
+    (alone,) = summarize_matrix(MatrixRun(one, run.fits, first))
+    gap = alone.gaps["default"]
+    assert math.isnan(gap.worst_vs_best_se)
+    assert gap.misses_beyond_noise() == gap.misses() != []
+
+
 def test_the_summary_counts_cells_that_miss_a_target_and_where_vllm_struggles():
     cells = summarize_matrix(small_run())
     s = summary(cells, SMALL.policies)
     assert s["targets"]["default"] == {
-        "mean_vs_best": 1, "worst_vs_best": 1, "worst_vs_vllm": 0, "any": 1,
+        "mean_vs_best": 1, "worst_vs_best": 1, "worst_vs_vllm": 0, "any": 1, "beyond_noise": 1,
     }  # fmt: skip
     assert s["targets"]["usl"]["any"] == 0
     assert s["worst"]["default"][0]["mean_vs_best"] == pytest.approx(-5.0)
@@ -225,7 +254,11 @@ def test_matrix_cli_writes_results_json_markdown_and_heatmaps(tmp_path, capsys):
         for name in ("default", "saber_usl", "vllm", "best_static"):
             assert 0 <= row[f"{name}_goodput"] <= 100 and 0 <= row[f"{name}_refused"] <= 100
             assert row[f"{name}_goodput"] <= row["ceiling_goodput"]
+            assert row[f"{name}_goodput_by_seed"] == [pytest.approx(row[f"{name}_goodput"])]
     assert len(data["cells"]) == 2 and "default" in data["cells"][0]
+    # One seed tells no error: the gaps' standard errors are unknown (null in JSON).
+    gaps = data["cells"][0]["default"]
+    assert gaps["seeds"] == 1 and gaps["worst_vs_vllm_se"] is None
     assert set(data["summary"]["targets"]) == {"default", "usl"}
     text = (out / "results.md").read_text()
     assert "## Cells" in text and "## Per load" in text

@@ -4,16 +4,23 @@ scale), and over the whole matrix.
 Goodput and refusals are percentages of a run's requests, averaged over seeds. Per
 load, the best static B is chosen in hindsight; a cell's gaps compare a policy with
 the best static B and with vLLM alone, as the mean over its loads and at its worst load.
+Each gap also has its standard error over the trace seeds (the runs compared serve the
+same traces, so the error is that of the per-seed differences): a miss within the 95%
+confidence interval this gives (Student's t over the seeds) is one that other draws of
+the same traffic may not repeat.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import scipy.stats
 
 from saber.bench._summary import best_static, seed_means, static_of
 from saber.bench.matrix.run import CEILING, MatrixRun, Served
@@ -35,13 +42,17 @@ TARGETS = (
 )
 VLLM_STRUGGLES = 80.0  # "vLLM alone below 80% goodput at some load"
 WORST_SHOWN = 10
+CONFIDENCE = 0.95  # a miss is beyond the traces' noise when its whole interval misses
+BEST = "best_static"  # in LoadRow.by_seed: the best static B's goodput on each seed
 
 
 @dataclass(frozen=True)
 class LoadRow:
     """One load of a cell. ``goodput`` and ``refused`` hold vLLM alone (``vllm``), the
     ceiling (``ceiling``: each request alone on an idle engine) and every policy
-    (``default``, variants); ``refused`` also the best static B's."""
+    (``default``, variants); ``refused`` also the best static B's. ``by_seed``: the
+    goodput of vLLM alone, the best static B (``best_static``) and each policy on each
+    trace seed, in seed order."""
 
     rps: float
     multiple: float | None  # of the capacity, on the capacity grid
@@ -50,6 +61,7 @@ class LoadRow:
     best_static_b: int
     goodput: dict[str, float]
     refused: dict[str, float]
+    by_seed: dict[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
 
     @property
     def best_static(self) -> float:
@@ -59,7 +71,9 @@ class LoadRow:
 @dataclass(frozen=True)
 class Gap:
     """A policy against the best static B and vLLM alone over a cell's loads, in
-    goodput points; ``*_rps`` and ``*_multiple`` are the worst's load."""
+    goodput points; ``*_rps`` and ``*_multiple`` are the worst's load; ``*_se`` the
+    standard error over the ``seeds`` trace seeds of the gap a target reads (nan under
+    2 seeds)."""
 
     mean_vs_best: float
     worst_vs_best: float
@@ -69,10 +83,26 @@ class Gap:
     worst_vs_vllm: float
     worst_vs_vllm_rps: float
     worst_vs_vllm_multiple: float | None
+    seeds: int = 1
+    mean_vs_best_se: float = math.nan
+    worst_vs_best_se: float = math.nan
+    worst_vs_vllm_se: float = math.nan
 
     def misses(self) -> list[Target]:
         """The targets this gap misses (a hair's breadth of float error aside)."""
         return [t for t in TARGETS if getattr(self, t.gap) < t.floor - 1e-9]
+
+    def misses_beyond_noise(self) -> list[Target]:
+        """The targets it misses with the whole of the gap's ``CONFIDENCE`` interval
+        over the trace seeds (all it misses when there is no error to tell: one seed)."""
+        if self.seeds < 2:
+            return self.misses()
+        t_factor = float(scipy.stats.t.ppf(0.5 + CONFIDENCE / 2, self.seeds - 1))
+        return [
+            t
+            for t in self.misses()
+            if not getattr(self, t.gap) + t_factor * getattr(self, f"{t.gap}_se") >= t.floor - 1e-9
+        ]
 
 
 @dataclass(frozen=True)
@@ -96,10 +126,13 @@ class MatrixCell:
 
 
 def load_row(rps: float, multiple: float | None, runs: Sequence[Mapping[str, Served]]) -> LoadRow:
-    """``runs``: one mapping of run name ("static:B", "vllm", "saber:<policy>") per seed."""
+    """``runs``: one mapping of run name ("static:B", "vllm", "saber:<policy>") per seed,
+    in seed order."""
     goodput, refused = seed_means(runs), seed_means(runs, "refused")
     static = static_of(goodput)
     best = best_static(static)
+    compared = {VLLM: VLLM, BEST: f"static:{best}"}
+    compared |= {n.removeprefix("saber:"): n for n in runs[0] if n.startswith("saber:")}
 
     def others(by_run: Mapping[str, float]) -> dict[str, float]:
         """vLLM alone and each policy, by name."""
@@ -114,8 +147,19 @@ def load_row(rps: float, multiple: float | None, runs: Sequence[Mapping[str, Ser
         static=static,
         best_static_b=best,
         goodput=others(goodput),
-        refused={**others(refused), "best_static": refused[f"static:{best}"]},
+        refused={**others(refused), BEST: refused[f"static:{best}"]},
+        by_seed={k: tuple(100 * r[n].goodput for r in runs) for k, n in compared.items()},
     )
+
+
+def _se(diffs: Sequence[float]) -> float:
+    """The standard error of the mean of per-seed differences (nan under 2 seeds)."""
+    return statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else math.nan
+
+
+def _diffs(row: LoadRow, policy: str, than: str) -> list[float]:
+    mine, theirs = row.by_seed.get(policy, ()), row.by_seed.get(than, ())
+    return [a - b for a, b in zip(mine, theirs, strict=True)]
 
 
 def gap(loads: Sequence[LoadRow], policy: str) -> Gap:
@@ -123,6 +167,11 @@ def gap(loads: Sequence[LoadRow], policy: str) -> Gap:
     vs_vllm = [r.goodput[policy] - r.goodput[VLLM] for r in loads]
     at_best = min(range(len(loads)), key=vs_best.__getitem__)
     at_vllm = min(range(len(loads)), key=vs_vllm.__getitem__)
+    per_load = [_diffs(r, policy, BEST) for r in loads]
+    # Each seed's mean over the loads (a seed draws the same lengths at every load).
+    by_seed: list[float] = []
+    if len({len(d) for d in per_load}) == 1:
+        by_seed = [statistics.fmean(col) for col in zip(*per_load, strict=True)]
     return Gap(
         mean_vs_best=statistics.fmean(vs_best),
         worst_vs_best=vs_best[at_best],
@@ -132,6 +181,10 @@ def gap(loads: Sequence[LoadRow], policy: str) -> Gap:
         worst_vs_vllm=vs_vllm[at_vllm],
         worst_vs_vllm_rps=loads[at_vllm].rps,
         worst_vs_vllm_multiple=loads[at_vllm].multiple,
+        seeds=min(r.seeds for r in loads),
+        mean_vs_best_se=_se(by_seed),
+        worst_vs_best_se=_se(per_load[at_best]),
+        worst_vs_vllm_se=_se(_diffs(loads[at_vllm], policy, VLLM)),
     )
 
 
@@ -144,14 +197,19 @@ def summarize_matrix(run: MatrixRun) -> list[MatrixCell]:
     for res in run.results:
         p = res.point
         for scale, runs in res.runs.items():
-            by_cell[(p.preset, p.workload, p.grid, scale)][(p.rps, p.multiple)].append(runs)
+            by_cell[(p.preset, p.workload, p.grid, scale)][(p.rps, p.multiple)].append(
+                (p.seed, runs)
+            )
     cells = []
     for preset in m.presets:
         for workload in m.workloads:
             for grid in m.grids:
                 for scale in m.sla_scales:
                     by_load = by_cell[(preset, workload, grid, scale)]
-                    loads = [load_row(r, x, runs) for (r, x), runs in sorted(by_load.items())]
+                    loads = [
+                        load_row(r, x, [runs for _, runs in sorted(seeds, key=lambda s: s[0])])
+                        for (r, x), seeds in sorted(by_load.items())
+                    ]
                     cells.append(
                         MatrixCell(
                             preset,
@@ -167,9 +225,10 @@ def summarize_matrix(run: MatrixRun) -> list[MatrixCell]:
 
 
 def summary(cells: Sequence[MatrixCell], policies: Sequence[str]) -> dict[str, Any]:
-    """Over the whole matrix, per policy: the cells that miss each target, the worst
-    cells, the paper's engine at the paper's loads and SLAs, and the gain over vLLM
-    alone where vLLM alone falls below 80% goodput."""
+    """Over the whole matrix, per policy: the cells that miss each target (and of
+    those, the cells that miss one beyond the traces' noise), the worst cells, the
+    paper's engine at the paper's loads and SLAs, and the gain over vLLM alone where
+    vLLM alone falls below 80% goodput."""
     out: dict[str, Any] = {"cells": len(cells), "targets": {}, "worst": {}, "paper": {}}
     out["vllm_struggles"] = {}
     workloads = sorted({c.workload for c in cells})
@@ -179,6 +238,7 @@ def summary(cells: Sequence[MatrixCell], policies: Sequence[str]) -> dict[str, A
         out["targets"][policy] = {
             **{t.gap: sum(t in m for m in missed) for t in TARGETS},
             "any": sum(bool(m) for m in missed),
+            "beyond_noise": sum(bool(c.gaps[policy].misses_beyond_noise()) for c in cells),
         }
         worst = sorted(cells, key=lambda c: c.gaps[policy].mean_vs_best)[:WORST_SHOWN]
         out["worst"][policy] = [{**c.key, **dataclasses.asdict(c.gaps[policy])} for c in worst]
