@@ -16,7 +16,6 @@ from saber.bench.matrix.summary import (
     TARGETS,
     VLLM,
     VLLM_STRUGGLES,
-    Gap,
     LoadRow,
     MatrixCell,
     summary,
@@ -181,10 +180,14 @@ def cells_markdown(matrix: Matrix, cells: Sequence[MatrixCell]) -> str:
         for p in policies:
             g = c.gaps[p]
 
-            def mark(name: str, text: str, g: Gap = g) -> str:
-                if name not in {t.gap for t in g.misses()}:
+            missed = {t.gap for t in g.misses()}
+            clear = {t.gap for t in g.misses_beyond_noise()}
+
+            def mark(
+                name: str, text: str, missed: set[str] = missed, clear: set[str] = clear
+            ) -> str:
+                if name not in missed:
                     return text
-                clear = {t.gap for t in g.misses_beyond_noise()}
                 return f"**{text}**" if name in clear else f"***{text}***"
 
             worst_best = _worst(g.worst_vs_best, g.worst_vs_best_rps, g.worst_vs_best_multiple)
