@@ -20,7 +20,10 @@ from saber.gateway import RunningGateway
 from saber.scheduler import Action
 from saber.sim.http import RunningSim
 
-LONG = 5000  # tokens: seconds of generation even at the test time scale
+LONG = 30_000
+"""Tokens: about 12 s of generation at the test time scale, within saber-sim's
+max_model_len (32,768). The test must hang up while it runs: 5,000 tokens (2 s) could
+end first on a machine running the suite at twice its usual time."""
 
 
 def metrics(gw: RunningGateway) -> str:
