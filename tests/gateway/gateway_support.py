@@ -18,6 +18,11 @@ from saber.sim.http import RunningSim
 
 # saber-sim's paper preset does about 63 tokens/s for one request at time scale 1.
 SIM_TIME_SCALE = 20.0
+LONG_TOKENS = 30_000
+"""An answer a test hangs up on, or queues others behind, while it still runs: about 12 s
+of generation at SIM_TIME_SCALE, within saber-sim's max_model_len (32,768). 5,000 tokens
+(2 s) ended first on a machine running the suite at 2-3x its usual time, where the
+tests' steps take 1-1.5 s."""
 # The profile the gateway tests know: the harness's GENEROUS, f(1) = 600 tokens/s, falling.
 KNOWN = GENEROUS
 

@@ -142,12 +142,15 @@ def test_a_backend_serving_only_whole_answers_shows_its_engines_wait_for_first_t
         lambda bs: all(x["engine"]["scraped_age_s"] is not None for x in bs),
         describe="a first read of each backend's /metrics",
     )
+    # 10,000 tokens: about 4 s of generation at the test time scale; it must still run
+    # once two reads of /metrics, 0.1 s apart, show a wait (about 0.35 s in). 4,000
+    # tokens (1.5 s) was under 5 times that.
     with ThreadPoolExecutor(1) as pool:
         answer = pool.submit(
             client.completions.create,
             model=a.model,
             prompt="def f():",
-            max_tokens=4000,
+            max_tokens=10_000,
             extra_body={"ignore_eos": True},
         )
         shown = wait_for(
@@ -162,7 +165,7 @@ def test_a_backend_serving_only_whole_answers_shows_its_engines_wait_for_first_t
         # token as the engine measured it; the other backend shows none.
         assert shown[serving] == pytest.approx(ttft_sum(sim), rel=1e-6), shown
         assert shown["right" if serving == "left" else "left"] == 0, shown
-        assert answer.result(timeout=30).usage.completion_tokens == 4000
+        assert answer.result(timeout=30).usage.completion_tokens == 10_000
     wait_for(waits, lambda w: w == {"left": 0, "right": 0}, describe="no wait once idle")
 
 

@@ -13,17 +13,12 @@ import time
 from collections.abc import Callable
 
 import httpx
-from gateway_support import GatewayFactory, held, idle, sim_running
+from gateway_support import LONG_TOKENS, GatewayFactory, held, idle, sim_running
 
 from harness import held_request, metric_value, wait_for
 from saber.gateway import RunningGateway
 from saber.scheduler import Action
 from saber.sim.http import RunningSim
-
-LONG = 30_000
-"""Tokens: about 12 s of generation at the test time scale, within saber-sim's
-max_model_len (32,768). The test must hang up while it runs: 5,000 tokens (2 s) could
-end first on a machine running the suite at twice its usual time."""
 
 
 def metrics(gw: RunningGateway) -> str:
@@ -51,7 +46,7 @@ def test_disconnect_while_queued_then_while_running(
     url = gw.url + "/v1/chat/completions"
     with (
         httpx.Client(timeout=30) as client,
-        client.stream("POST", url, json=body(sim, LONG, True)) as running,
+        client.stream("POST", url, json=body(sim, LONG_TOKENS, True)) as running,
     ):
         assert running.status_code == 200
         lines = running.iter_lines()
@@ -88,7 +83,7 @@ def test_non_streaming_disconnect_aborts_upstream(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
     gw = gateway_factory(sim.url)
-    with held_request(gw.url + "/v1/chat/completions", body(sim, LONG, False)):
+    with held_request(gw.url + "/v1/chat/completions", body(sim, LONG_TOKENS, False)):
         wait_for(lambda: sim_running(sim), lambda n: n == 1, describe="saber-sim running it")
     wait_for(lambda: idle(gw, sim), describe=lambda: held(gw, sim))
     assert cancelled(gw, "running") == 1

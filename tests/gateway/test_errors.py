@@ -8,7 +8,7 @@ import json
 import httpx
 import openai
 import pytest
-from gateway_support import GatewayFactory
+from gateway_support import LONG_TOKENS, GatewayFactory
 
 from harness import metric_value
 from saber.gateway import RunningGateway
@@ -146,7 +146,8 @@ def test_a_request_no_longer_useful_is_503_with_retry_after(
     # in the queue; useful for 1.2 s, it is turned away ~0.2 s later.
     gw = gateway_factory(sim.url, max_concurrency=1, **{"tasks.code_qna.useful_s": 1.2})
     url = gw.url + "/v1/chat/completions"
-    long = {"model": sim.model, "messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}
+    messages = [{"role": "user", "content": "x"}]
+    long = {"model": sim.model, "messages": messages, "max_tokens": LONG_TOKENS}
     with (
         httpx.Client(timeout=30) as a,
         a.stream("POST", url, json={**long, "ignore_eos": True, "stream": True}),
@@ -175,7 +176,8 @@ def test_error_body_is_json_even_for_streams_after_queueing(
         **{"tasks.code_qna.useful_s": 1.1},
     )
     url = gw.url + "/v1/chat/completions"
-    long = {"model": sim.model, "messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}
+    messages = [{"role": "user", "content": "x"}]
+    long = {"model": sim.model, "messages": messages, "max_tokens": LONG_TOKENS}
     with (
         httpx.Client(timeout=30) as a,
         a.stream("POST", url, json={**long, "ignore_eos": True, "stream": True}),

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from gateway_support import GatewayFactory
+from gateway_support import LONG_TOKENS, GatewayFactory
 
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
@@ -97,7 +97,7 @@ def turned_away(sim: RunningSim, gateway_factory: GatewayFactory) -> RunningGate
 def _queued_lines(
     gw: RunningGateway, sim: RunningSim, path: str, body: dict[str, Any]
 ) -> list[str]:
-    long = {"model": sim.model, "prompt": "x", "max_tokens": 20000, "ignore_eos": True}
+    long = {"model": sim.model, "prompt": "x", "max_tokens": LONG_TOKENS, "ignore_eos": True}
     with (
         httpx.Client(timeout=30) as a,
         a.stream("POST", gw.url + "/v1/completions", json={**long, "stream": True}),
@@ -139,7 +139,7 @@ def test_the_openai_sdk_raises_it_with_the_message(
 ) -> None:
     gw = turned_away(sim, gateway_factory)
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
-    long = {"model": sim.model, "prompt": "x", "max_tokens": 20000, "ignore_eos": True}
+    long = {"model": sim.model, "prompt": "x", "max_tokens": LONG_TOKENS, "ignore_eos": True}
     with (
         httpx.Client(timeout=30) as a,
         a.stream("POST", gw.url + "/v1/completions", json={**long, "stream": True}),
