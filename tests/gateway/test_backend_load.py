@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_support import GatewayFactory
+from gateway_support import SIM_TIME_SCALE, GatewayFactory
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import wait_for
@@ -174,3 +174,18 @@ def test_a_backend_down_at_start_is_identified_when_it_comes_up(
             gw.url + "/v1/completions", json={"model": late.model, "prompt": "x", "max_tokens": 3}
         )
         assert resp.status_code == 200
+
+
+def test_the_gateway_stops_at_once_while_its_backend_is_down(
+    gateway_factory: GatewayFactory,
+) -> None:
+    """Stopping cancels the watch's reads of /metrics. On Python 3.11 (the Docker
+    image's), asyncio.wait_for around a read drops a cancellation that lands as the read
+    ends: with the backend gone and reads every 0.1 s the read loop went on, and the
+    gateway's shutdown waited for it for good (SIGTERM too: still running 15 s later)."""
+    with serve_in_thread(time_scale=SIM_TIME_SCALE) as sim:
+        gw = gateway_factory(sim.url, **FAST_SCRAPES)
+        wait_for(lambda: value(gw, "saber_backend_requests_running"), lambda v: v is not None)
+    wait_for(lambda: value(gw, "saber_backend_scrape_errors_total"), lambda v: v and v >= 2)
+    gw.stop(timeout=5)
+    assert not gw.thread.is_alive(), "the gateway still runs 5 s after it was told to stop"

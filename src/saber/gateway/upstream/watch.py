@@ -114,7 +114,8 @@ class BackendWatch:
         """Identify the backend (briefly), then keep watching it in the background."""
         self._client = client
         try:
-            known = await asyncio.wait_for(self._identify(quiet=False), FIRST_IDENTIFY_S)
+            async with asyncio.timeout(FIRST_IDENTIFY_S):
+                known = await self._identify(quiet=False)
         except TimeoutError:
             self._not_yet(f"no answer within {FIRST_IDENTIFY_S:g} s", quiet=False)
             known = False
@@ -220,9 +221,10 @@ class BackendWatch:
         """Read the backend's load once; False (and one more error counted) if it failed."""
         assert self._client is not None
         try:
-            load = await asyncio.wait_for(
-                fetch_load(self._client, self.url, self.kind), self.scrape_timeout
-            )
+            # Not asyncio.wait_for: on Python 3.11 it drops a cancellation that lands as
+            # the read ends, and this loop then outlived the gateway's shutdown.
+            async with asyncio.timeout(self.scrape_timeout):
+                load = await fetch_load(self._client, self.url, self.kind)
         except Exception as exc:  # whatever the backend answers, the loop goes on
             if isinstance(exc, TimeoutError):
                 reason = f"GET {self.url}/metrics: no answer within {self.scrape_timeout:g} s"
