@@ -58,9 +58,10 @@ def test_requests_spread_over_the_backends_and_each_is_told_apart(
     with ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda _: complete(gw, a.model), range(48)))
     assert [r.status_code for r in answers] == [200] * 48
-    # Both engines served: a loaded backend is slower at L + 1 than an idle twin.
+    # Both engines served about evenly: a loaded backend keeps less of its f(1) at L + 1
+    # than an idle twin, whatever either learned from single requests.
     left, right = served(a.url), served(b.url)
-    assert left + right == 48 and min(left, right) >= 8, (left, right)
+    assert left + right == 48 and min(left, right) >= 12, (left, right)
     text = metrics(gw)
     for name in ("left", "right"):
         assert metric_value(text, "saber_backend_up", backend=name) == 1
@@ -247,8 +248,23 @@ def test_a_dead_backend_is_ejected_then_taken_back_when_it_answers(
             timeout=15,
             describe="the revived backend taken back",
         )
+        # Two at once go one to each backend (the second to the idle one), whichever
+        # of the two idle twins the first prefers: its speed is learned, the other's not.
+        before = served(live.url)
+        client = OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+        stream = client.completions.create(
+            model=live.model,
+            prompt="def f():",
+            max_tokens=4000,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+        chunks = iter(stream)
+        next(chunks)  # running
         assert complete(gw, live.model).status_code == 200
-        assert served(revived.url) == 1
+        for _ in chunks:
+            pass
+        assert (served(revived.url), served(live.url) - before) == (1, 1)
 
 
 def test_a_backend_with_nothing_listening_is_ejected_without_traffic(

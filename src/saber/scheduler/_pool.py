@@ -289,13 +289,15 @@ class Pool:
     ) -> tuple[int, float, float, int]:
         """What placing it at backend ``i`` is worth (its chance there less what it
         costs the requests there and to come; ``value`` if already known), in steps of
-        TIE; then the share of its own solo speed f(1) the backend would keep; then the
-        faster; then the lower index."""
+        TIE; then the share of its own solo speed f(1) the backend would keep (on its
+        curve: twins at the same load tie, and the less loaded wins); then the faster;
+        then the lower index."""
         backend = self.backends[i]
-        speed = backend.predicted_speed(backend.load + req.seqs)
+        load = backend.load + req.seqs
         if value is None:
             value = backend.placement_value(req, now)
-        return (math.floor(value / TIE + 1e-9), speed / backend.max_speed, speed, -i)
+        share = backend.kept_share(load)
+        return (math.floor(value / TIE + 1e-9), share, backend.predicted_speed(load), -i)
 
     def _rebalance(self, now: float) -> list[Placed]:
         """Move waiting requests to backends that would admit them now."""

@@ -134,6 +134,14 @@ class SpeedModel:
             speed = self._f_at[load] = float(self._speed(max(1.0, load)))
         return speed
 
+    def kept_share(self, load: int) -> float:
+        """f(L) / f(1) on the backend's own curve: the share of its solo speed that one
+        request keeps at load L (with what runs there from elsewhere). The calibration
+        cancels, and so does the luck of single requests (``max_speed`` is floored by
+        the fastest one seen lately): twin backends at the same load keep the same
+        share."""
+        return self._f(load + self._elsewhere) / self._f1_raw
+
     @property
     def max_speed(self) -> float:
         """f(1), calibrated: the fastest the backend can serve one request. Never below
