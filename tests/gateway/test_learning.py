@@ -28,6 +28,22 @@ QUICK_REFIT = {
     "refit.every": 40,
     "refit.window": 400,
 }
+REFIT_TOKENS = 200
+"""Each answer of the load that a refit needs: about 80 ms at the sim's time scale, long
+enough that the client keeps ``concurrency`` streams in flight on a loaded machine. With
+30 tokens (12 ms) the client's own work set the pace there: the loads seen at 8 at once
+spread over 5-8, no third load got the 5 points a refit asks (``LiveFit.due``), and no
+curve was ever swapped in."""
+
+
+def fast_profile(tmp_path: Path) -> Path:
+    """A profile that claims ten times the test profile's speed (f(1) = 6,000 tok/s):
+    saber-sim at time scale 20 serves about a third of that on a quiet machine, and
+    less on a busy one, so the misdescription only grows with load. (With the test
+    profile, which the sim outruns threefold, two busy cores brought the ratio to 1.25,
+    inside the band it is judged by: whether a refit departs from it by the margin hangs
+    on how busy the machine is.)"""
+    return write_profile(tmp_path / "fast.json", USLModel(lam=6000.0, sigma=0.1, kappa=0.002))
 
 
 def samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -70,16 +86,10 @@ def test_a_profile_that_misdescribes_the_engine_is_refitted_swapped_and_logged(
     caplog: pytest.LogCaptureFixture,
     tmp_path: Path,
 ) -> None:
-    # A profile that claims ten times the test profile's speed (f(1) = 6,000 tok/s):
-    # saber-sim at time scale 20 serves about a third of that on a quiet machine, and
-    # less on a busy one, so the misdescription only grows with load. (With the test
-    # profile, which the sim outruns threefold, two busy cores brought the ratio to
-    # 1.25, inside the band it is judged by.)
-    fast = write_profile(tmp_path / "fast.json", USLModel(lam=6000.0, sigma=0.1, kappa=0.002))
-    gw = gateway_factory(sim.url, profile=fast, **QUICK_REFIT)
+    gw = gateway_factory(sim.url, profile=fast_profile(tmp_path), **QUICK_REFIT)
     caplog.set_level(logging.WARNING, logger=GATEWAY_LOGGER)
     for concurrency in (1, 4, 8):
-        asyncio.run(_load(gw.url, sim.model, 20, concurrency, 30))
+        asyncio.run(_load(gw.url, sim.model, 20, concurrency, REFIT_TOKENS))
     # The swap is counted (in the refit's thread) before the curve is swapped in and the
     # swap logged (on the event loop): wait for the log record, the last of the three.
     swapped = wait_for(
@@ -138,9 +148,10 @@ def test_the_state_file_keeps_what_was_learned_across_a_restart(
     gateway_factory: GatewayFactory, sim: RunningSim, tmp_path: Path
 ) -> None:
     state = tmp_path / "state.json"
-    first = gateway_factory(sim.url, state_file=str(state), **QUICK_REFIT)
+    profile = fast_profile(tmp_path)  # a curve is swapped in, however busy the machine
+    first = gateway_factory(sim.url, profile=profile, state_file=str(state), **QUICK_REFIT)
     for concurrency in (1, 4, 8):
-        asyncio.run(_load(first.url, sim.model, 20, concurrency, 30))
+        asyncio.run(_load(first.url, sim.model, 20, concurrency, REFIT_TOKENS))
     # Counted in the refit's thread, then swapped in on the event loop: wait for the swap.
     wait_for(
         lambda: first.gateway.learning.swapped_at,
@@ -154,14 +165,14 @@ def test_the_state_file_keeps_what_was_learned_across_a_restart(
     saved = json.loads(state.read_text())
     assert saved["lengths"]["code_generation"]["count"] == 60 and saved["live_model"]
 
-    second = gateway_factory(sim.url, state_file=str(state))
+    second = gateway_factory(sim.url, profile=profile, state_file=str(state))
     sched = second.gateway.scheduler
     assert sched.lengths.summary()["code_generation"] == learned
     assert sched.speed_model.to_dict() == live.to_dict()  # type: ignore[attr-defined]
     second.stop()
 
     state.write_text("{not json")
-    third = gateway_factory(sim.url, state_file=str(state))  # starts, ignoring it
+    third = gateway_factory(sim.url, profile=profile, state_file=str(state))  # ignores it
     assert third.gateway.scheduler.lengths.summary()["code_generation"]["observed"] == 0
 
 
