@@ -50,6 +50,22 @@ def complete(gw: RunningGateway, model: str) -> httpx.Response:
     return httpx.post(gw.url + "/v1/completions", json={"model": model, **SHORT}, timeout=30)
 
 
+def running_stream(gw: RunningGateway, model: str) -> Iterator[Any]:
+    """A stream of 4,000 tokens (1.6 s at the test time scale) through the openai SDK,
+    returned once its first token has arrived: it is running at a backend."""
+    client = OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+    stream = client.completions.create(
+        model=model,
+        prompt="def f():",
+        max_tokens=4000,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    chunks = iter(stream)
+    next(chunks)
+    return chunks
+
+
 def test_requests_spread_over_the_backends_and_each_is_told_apart(
     gateway_factory: GatewayFactory, sims: list[RunningSim]
 ) -> None:
@@ -83,17 +99,8 @@ def test_each_backend_shows_the_wait_for_a_first_token_while_it_serves(
     token of its last stream to start answering, and 0 where nothing runs."""
     a, b = sims
     gw = gateway_factory(a.url, backends=backends(left=a.url, right=b.url))
-    client = OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
     started = time.monotonic()
-    stream = client.completions.create(
-        model=a.model,
-        prompt="def f():",
-        max_tokens=4000,
-        stream=True,
-        extra_body={"ignore_eos": True},
-    )
-    chunks = iter(stream)
-    next(chunks)  # its first token has arrived: the stream is running
+    chunks = running_stream(gw, a.model)
     ttft = time.monotonic() - started
     text = metrics(gw)
     waits = {
@@ -251,16 +258,7 @@ def test_a_dead_backend_is_ejected_then_taken_back_when_it_answers(
         # Two at once go one to each backend (the second to the idle one), whichever
         # of the two idle twins the first prefers: its speed is learned, the other's not.
         before = served(live.url)
-        client = OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
-        stream = client.completions.create(
-            model=live.model,
-            prompt="def f():",
-            max_tokens=4000,
-            stream=True,
-            extra_body={"ignore_eos": True},
-        )
-        chunks = iter(stream)
-        next(chunks)  # running
+        chunks = running_stream(gw, live.model)
         assert complete(gw, live.model).status_code == 200
         for _ in chunks:
             pass
