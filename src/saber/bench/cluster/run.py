@@ -299,6 +299,20 @@ def served(result: ClusterResult) -> Served:
     )
 
 
+def replica_fit(
+    preset: EnginePreset, workloads: Mapping[str, Workload], tasks: Mapping[str, TaskType]
+) -> ReplicaFit:
+    """The profile saber-profile would fit on a replica of ``preset`` (on the
+    ``PROFILE_WORKLOAD`` mix, as in the matrix)."""
+    models, ttft = engine_profiles(preset, workloads[PROFILE_WORKLOAD], tasks, ["usl"])
+    return ReplicaFit(models["usl"], ttft)
+
+
+def replica_rate(preset: EnginePreset, workload: Workload, tasks: Mapping[str, TaskType]) -> float:
+    """The rate (requests/s) at which vLLM alone saturates a replica of ``preset``."""
+    return saturation_rate(preset, workload, tasks, max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS)
+
+
 @dataclass(frozen=True)
 class _Shared:
     """What every task needs: sent once to each worker process."""
@@ -310,19 +324,11 @@ class _Shared:
     fits: Mapping[str, ReplicaFit] = dataclasses.field(default_factory=dict)
 
     def fit(self, preset: str) -> ReplicaFit:
-        models, ttft = engine_profiles(
-            self.presets[preset], self.workloads[PROFILE_WORKLOAD], self.tasks, ["usl"]
-        )
-        return ReplicaFit(models["usl"], ttft)
+        return replica_fit(self.presets[preset], self.workloads, self.tasks)
 
     def rate(self, key: tuple[str, str]) -> float:
         preset, workload = key
-        return saturation_rate(
-            self.presets[preset],
-            self.workloads[workload],
-            self.tasks,
-            max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS,
-        )
+        return replica_rate(self.presets[preset], self.workloads[workload], self.tasks)
 
     def run(self, point: Point) -> PointResult:
         bench = self.bench
