@@ -3,15 +3,12 @@ that failed in some run with each failure's first line, and a non-zero exit if a
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "ci_repeat.py"
+from harness import bench_script
 
 # A test file whose second test fails in the first run only (a counter beside it).
 TESTS = """
@@ -43,17 +40,8 @@ class TestGrouped:
 """
 
 
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ci_repeat", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["ci_repeat"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_options_are_its_own_and_the_rest_goes_to_pytest_in_order() -> None:
-    ci = load()
+    ci = bench_script("ci_repeat")
     args, rest = ci.parse_args(["5", "-m", "llamacpp", "--load", "-k", "not slow"])
     assert (args.runs, args.load, args.out, args.all) == (5, True, None, False)
     assert rest == ["-m", "llamacpp", "-k", "not slow"]
@@ -67,7 +55,7 @@ def test_options_are_its_own_and_the_rest_goes_to_pytest_in_order() -> None:
 def test_runs_a_table_of_what_failed_and_a_failing_exit(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ci = load()
+    ci = bench_script("ci_repeat")
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "test_sample.py").write_text(TESTS)
@@ -113,7 +101,7 @@ def test_a_run_during_which_the_checkout_changed_is_flagged(
 ) -> None:
     """A git pull in the clone under test while a run goes on: seen once, a run whose
     process had loaded the old config schema and then read the new config file."""
-    ci = load()
+    ci = bench_script("ci_repeat")
     states = iter(["abc1234", "abc1234", "abc1234", "def5678", "def5678", "def5678"])
     monkeypatch.setattr(ci, "checkout_state", lambda: next(states))
     suite = tmp_path / "suite"
@@ -131,7 +119,7 @@ def test_a_run_during_which_the_checkout_changed_is_flagged(
 def test_load_keeps_the_cores_busy_and_stops_with_the_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ci = load()
+    ci = bench_script("ci_repeat")
     start_load, run_once = ci.start_load, ci.run_once
     started: list[subprocess.Popen[bytes]] = []
     alive_during_runs: list[list[bool]] = []

@@ -3,29 +3,18 @@ engines file, the same for the same seed; the files checked in are what it draws
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from harness import bench_script
 from saber.bench._engines_file import load_engines
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def load_draw() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("draw_engines", BENCH / "draw_engines.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["draw_engines"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_drawn_engines_load_and_stay_within_the_ranges(tmp_path, capsys):
-    draw = load_draw()
+    draw = bench_script("draw_engines")
     assert draw.main(["--seed", "7", "--count", "12", "--prefix", "t"]) == 0
     path = tmp_path / "engines.yaml"
     path.write_text(capsys.readouterr().out)
@@ -41,13 +30,13 @@ def test_drawn_engines_load_and_stay_within_the_ranges(tmp_path, capsys):
 
 
 def test_the_same_seed_draws_the_same_engines_and_another_seed_others():
-    draw = load_draw()
+    draw = bench_script("draw_engines")
     assert draw.draw(4444, 8, "r44") == draw.draw(4444, 8, "r44")
     assert draw.draw(4444, 8, "r44") != draw.draw(4445, 8, "r44")
 
 
 @pytest.mark.parametrize(("seed", "prefix"), [(4444, "r44"), (5555, "r55")])
 def test_the_checked_in_files_are_what_the_script_draws(seed, prefix, capsys):
-    draw = load_draw()
+    draw = bench_script("draw_engines")
     draw.main(["--seed", str(seed), "--count", "8", "--prefix", prefix])
     assert (BENCH / f"random_engines_{seed}.yaml").read_text() == capsys.readouterr().out

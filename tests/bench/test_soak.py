@@ -4,28 +4,14 @@ one SIGHUP reload; nothing lost, nothing left in flight, no descriptor leaked.""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
-
-
-def load_soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("soak", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["soak"] = module
-    spec.loader.exec_module(module)
-    return module
+from harness import bench_script
 
 
 @pytest.mark.slow
 def test_soak_30_seconds(capsys: pytest.CaptureFixture[str]) -> None:
-    soak = load_soak()
+    soak = bench_script("soak")
     plan = soak.Plan(
         duration_s=30.0,
         time_scale=1.0,

@@ -9,9 +9,11 @@ when it is there; ``start_vllm`` / ``start_llamacpp`` start an engine on a free
 127.0.0.1 port and return its running ``EngineProcess``.
 ``PYTHONPATH=tests python -m harness prepare`` warms the cache; ``start_gateway`` puts
 a saber-gateway process in front of an engine; ``real_loop`` profiles an engine and
-replays a stream with and without a gateway. See docs/real-backends.md.
+replays a stream with and without a gateway; ``bench_script`` loads a script of
+``bench/`` as a module. See docs/real-backends.md.
 """
 
+from harness._bench import bench_script
 from harness._cache import cache_dir
 from harness._gateway import (
     GENEROUS,
@@ -36,6 +38,7 @@ __all__ = [
     "EngineProcess",
     "EngineStartError",
     "LoopReport",
+    "bench_script",
     "cache_dir",
     "ensure_gguf_model",
     "ensure_hf_model",
