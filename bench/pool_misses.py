@@ -19,18 +19,19 @@ import argparse
 from collections import Counter
 from typing import get_args
 
-from saber.bench._grid import VLLM_DEFAULT_MAX_NUM_SEQS
-from saber.bench._runner import serve_alone
+from saber.bench._grid import shipped_tasks
 from saber.bench.cluster.run import (
     POOL,
     REQUESTS_PER_REPLICA,
+    fresh_engines,
+    met_alone,
     parse_pool,
     policies,
     replica_fit,
     replica_rate,
 )
-from saber.config import load_gateway_config, load_tasks, load_workloads
-from saber.engine import PRESETS, Engine
+from saber.config import load_workloads
+from saber.engine import PRESETS
 from saber.workload import Mode, generate_trace
 
 
@@ -55,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in chosen:
         if name not in serve:
             parser.error(f"unknown policy {name!r}; known: {', '.join(serve)}")
-    shipped = load_gateway_config(env={}).tasks
-    tasks = {name: shipped[name] for name in load_tasks()}
+    tasks = shipped_tasks()
     workloads = load_workloads(tasks=tasks)
     if args.workload not in workloads:
         parser.error(f"unknown workload {args.workload!r}")
@@ -86,16 +86,15 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed_base + i,
                 mode=args.mode,
             )
-            alone = {k: serve_alone(trace, PRESETS[k], tasks).records for k in kinds}
+            alone = {k: met_alone(trace, PRESETS[k], tasks) for k in kinds}
             group = [
-                " + ".join(k for k in kinds if alone[k][j].met_sla) or "none"
-                for j in range(len(trace))
+                " + ".join(k for k in kinds if alone[k][j]) or "none" for j in range(len(trace))
             ]
             for g in group:
                 counts[(g, "requests")] += 1
                 groups.setdefault(g)
             for name in chosen:
-                engines = [Engine(PRESETS[p], max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS) for p in pool]
+                engines = fresh_engines([PRESETS[p] for p in pool])
                 result = serve[name](trace, engines, tasks, [fits[p] for p in pool])
                 for g, record in zip(group, result.records, strict=True):
                     counts[(g, f"{name}: met")] += record.met_sla

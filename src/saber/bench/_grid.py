@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from saber.config import load_gateway_config
+from saber.config import TaskType, load_gateway_config, load_tasks
 from saber.scheduler import PRESETS, Policy
 
 PAPER_RPS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20)
@@ -73,6 +73,13 @@ def parse_variant(variant: str) -> tuple[str, dict[str, Any]]:
 def shipped_policy() -> Policy:
     """The policy configs/gateway.yaml ships, the environment ignored."""
     return Policy.from_config(load_gateway_config(env={}))
+
+
+def shipped_tasks() -> dict[str, TaskType]:
+    """The paper's four task types, as configs/gateway.yaml ships them (with useful_s),
+    the environment ignored."""
+    shipped = load_gateway_config(env={}).tasks
+    return {name: shipped[name] for name in load_tasks()}
 
 
 def variant_kind(variant: str) -> str:

@@ -10,6 +10,7 @@ from typing import get_args
 from rich.console import Console
 
 from saber.bench._args import csv
+from saber.bench._grid import shipped_tasks
 from saber.bench.cluster.plots import goodput_vs_load
 from saber.bench.cluster.report import markdown, table, to_json
 from saber.bench.cluster.run import (
@@ -22,7 +23,7 @@ from saber.bench.cluster.run import (
     with_gateways,
     with_overrides,
 )
-from saber.config import load_gateway_config, load_tasks, load_workloads
+from saber.config import load_workloads
 from saber.engine import PRESETS
 from saber.workload import Mode
 
@@ -148,9 +149,7 @@ def _bench_from(args: argparse.Namespace) -> ClusterBench:
 def cmd_cluster(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     bench = _bench_from(args)
-    # The paper's four task types, as the gateway ships them (with useful_s).
-    shipped = load_gateway_config(env={}).tasks
-    tasks = {name: shipped[name] for name in load_tasks()}
+    tasks = shipped_tasks()
     workloads = load_workloads(tasks=tasks)
     missing = set(bench.workloads) - set(workloads)
     if missing:

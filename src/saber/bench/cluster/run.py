@@ -262,6 +262,13 @@ class PointResult:
     ceiling: float  # share of requests that meet their SLA alone on the pool's best replica
 
 
+def met_alone(
+    trace: Sequence[TraceRequest], preset: EnginePreset, tasks: Mapping[str, TaskType]
+) -> list[bool]:
+    """Whether each request of ``trace`` meets its SLA alone on an idle ``preset``."""
+    return [record.met_sla for record in serve_alone(trace, preset, tasks).records]
+
+
 def ceiling(
     trace: Sequence[TraceRequest],
     presets: Sequence[EnginePreset],
@@ -271,9 +278,13 @@ def ceiling(
     ``presets``: no placement or admission over the pool meets more."""
     met = [False] * len(trace)
     for preset in presets:
-        for i, record in enumerate(serve_alone(trace, preset, tasks).records):
-            met[i] = met[i] or record.met_sla
+        met = [a or b for a, b in zip(met, met_alone(trace, preset, tasks), strict=True)]
     return sum(met) / len(met) if met else 0.0
+
+
+def fresh_engines(presets: Sequence[EnginePreset]) -> list[Engine]:
+    """One idle engine per replica, each with vLLM's default ``max_num_seqs``."""
+    return [Engine(p, max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS) for p in presets]
 
 
 @dataclass(frozen=True)
@@ -343,9 +354,7 @@ class _Shared:
         serve = policies(bench.gateways, bench.scrape_s, bench.headroom, bench.mode == "oracle")
         runs = {}
         for name in bench.policies:
-            engines = [
-                Engine(self.presets[p], max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS) for p in bench.pool
-            ]
+            engines = fresh_engines([self.presets[p] for p in bench.pool])
             fits = [self.fits[p] for p in bench.pool] if self.fits else []
             runs[name] = served(serve[name](trace, engines, self.tasks, fits))
         distinct = [self.presets[p] for p in dict.fromkeys(bench.pool)]

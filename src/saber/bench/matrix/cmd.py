@@ -12,12 +12,12 @@ from rich.console import Console
 
 from saber.bench._args import check_variants, csv
 from saber.bench._engines_file import load_engines
-from saber.bench._grid import OPTIONS
+from saber.bench._grid import OPTIONS, shipped_tasks
 from saber.bench.matrix.plots import write_heatmaps
 from saber.bench.matrix.report import cells_markdown, markdown, summary_markdown, to_json
 from saber.bench.matrix.run import GRIDS, Matrix, run_matrix
 from saber.bench.matrix.summary import summarize_matrix
-from saber.config import ConfigError, load_gateway_config, load_tasks, load_workloads
+from saber.config import ConfigError, load_workloads
 from saber.engine import PRESETS, EnginePreset
 from saber.workload import Mode
 
@@ -134,9 +134,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         raise SystemExit(f"saber-bench: {exc}") from None
     matrix = _matrix_from(args, extra)
-    # The paper's four task types, as the gateway ships them (with useful_s).
-    shipped = load_gateway_config(env={}).tasks
-    tasks = {name: shipped[name] for name in load_tasks()}
+    tasks = shipped_tasks()
     workloads = load_workloads(tasks=tasks)
     missing = set(matrix.workloads) - set(workloads)
     if missing:
