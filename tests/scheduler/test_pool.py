@@ -273,6 +273,59 @@ def test_one_of_several_gateways_counts_the_arrivals_it_does_not_see():
         Scheduler(flat(60.0), tasks=[TASK]).set_arrival_share(0.0)
 
 
+def full_fast_and_slow_with_one_waiting() -> Pool:
+    """A backend twice as fast as the other, both full (two each), and a request
+    waiting at the fast one, where it was placed."""
+    p = pool(flat(120.0), flat(60.0), max_concurrency=2)
+    on = {}
+    for rid in "abcd":
+        on |= admissions(p.offer(req(rid, 0.0, 50), 0.0))
+    assert on == {"a": 0, "b": 0, "c": 1, "d": 1}
+    assert admissions(p.offer(req("e", 0.0, 50), 0.0)) == {}
+    assert p.backend_of("e") == 0
+    return p
+
+
+def test_a_waiting_request_does_not_move_to_a_slower_backend_that_is_busy():
+    # A busy backend holds back what costs it most, the long requests; a slower one
+    # with room would take exactly those. So it waits for its own backend.
+    p = full_fast_and_slow_with_one_waiting()
+    p.finish("c", 1.0, 50)
+    assert admissions(p.poll(1.0)) == {}
+    assert p.is_queued("e") and p.backends[1].load == 1
+    p.finish("a", 2.0, 50)
+    assert admissions(p.poll(2.0)) == {"e": 0}
+
+
+def test_a_slower_backend_that_is_idle_takes_what_waits_elsewhere():
+    # An idle engine is never kept idle while a request waits anywhere.
+    p = full_fast_and_slow_with_one_waiting()
+    p.finish("c", 1.0, 50)
+    p.finish("d", 1.0, 50)
+    assert admissions(p.poll(1.0)) == {"e": 1}
+
+
+def test_what_waits_at_a_backend_out_of_service_moves_to_a_slower_one_with_room():
+    p = full_fast_and_slow_with_one_waiting()
+    p.finish("c", 1.0, 50)
+    p.set_down(0, True)
+    assert admissions(p.poll(1.0)) == {"e": 1}
+
+
+def test_between_twins_a_waiting_request_moves_to_whichever_has_room():
+    # Curves within 10% of each other (learned apart) are alike: no one is slower.
+    q = pool(flat(60.0), flat(57.0), max_concurrency=2)
+    on = {}
+    for rid in "abcd":
+        on |= admissions(q.offer(req(rid, 0.0, 50), 0.0))
+    assert sorted(on.values()) == [0, 0, 1, 1]
+    assert admissions(q.offer(req("e", 0.0, 50), 0.0)) == {}
+    home = q.backend_of("e")
+    assert home is not None
+    q.finish(next(r for r, b in on.items() if b != home), 1.0, 50)
+    assert admissions(q.poll(1.0)) == {"e": 1 - home}
+
+
 def test_a_backend_out_of_service_takes_nothing_and_what_waits_there_moves_on():
     p = pool(flat(60.0), flat(60.0), max_concurrency=1)
     p.set_down(0, True)

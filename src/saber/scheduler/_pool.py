@@ -6,10 +6,11 @@ request is placed on a backend that would admit it now, if any, where placing it
 worth most: its chance of meeting its deadline at that backend's load + 1, less what it
 costs the requests running there and those to come (``placement_value``). After every
 event each backend admits what it can, then the pool moves waiting requests to any
-other backend that would admit them now (and not hold them there for later), the most
-urgent first, to where they are worth most; an idle engine takes the most urgent
-request waiting anywhere. So admission asks whether some backend can still serve a
-request in time, not whether the one it was placed on can. What one more sequence
+other backend that would admit them now (and not hold them there for later) and is not
+slower (``SLOWER``), the most urgent first, to where they are worth most; an idle
+engine, however slow, takes the most urgent request waiting anywhere. So admission asks
+whether some backend can still serve a request in time, not whether the one it was
+placed on can. What one more sequence
 costs the requests still to come is priced on the pool's arrivals, in each backend's
 share of the pool's recent starts: a backend that few requests are placed on still
 runs those moved to it.
@@ -49,6 +50,10 @@ Placement = Literal["chance", "round-robin", "least-loaded"]
 PLACEMENTS: tuple[Placement, ...] = ("chance", "round-robin", "least-loaded")
 TIE = 0.01
 """Values closer than this are a tie: the backend that keeps more of its own f(1) wins."""
+SLOWER = 0.9
+"""A backend whose f(1) is below this share of another's is slower than it: the kinds of
+GPU in one pool differ by 1.5x and more, while twins whose curves were learned apart
+differ by a few percent and stay alike."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +320,10 @@ class Pool:
 
     def _next_move(self, now: float) -> tuple[int, SchedRequest, int] | None:
         """The most urgent request waiting at one backend that another would admit now
-        (the HPQ's before demoted work), to where its chance is highest."""
+        (the HPQ's before demoted work), to where its chance is highest. Not to a slower
+        backend, unless that one is idle or where it waits is out of service: a busy
+        backend holds back the requests that cost it most, the long ones, and a slower
+        one would take exactly those, which need speed most."""
         for tier in (Tier.HIGH, Tier.LOW):
             if not any(b.queued(tier=tier) for b in self.backends):
                 continue
@@ -326,7 +334,9 @@ class Pool:
                     continue
                 rule, holds = rules
                 for src, other in enumerate(self.backends):
-                    req = None if src == dst else other.most_urgent_waiting(tier, rule)
+                    if src == dst or (rule is not anything and self._slower(dst, src)):
+                        continue
+                    req = other.most_urgent_waiting(tier, rule)
                     if req is None or not backend.has_room(req) or self._stays(req, other, now):
                         continue
                     if req.seqs > 1 and rule is not anything and not backend.admissible(req, now):
@@ -340,6 +350,12 @@ class Pool:
                 _, _, _, src, req, dst = min(found, key=lambda f: f[:3])
                 return src, req, dst
         return None
+
+    def _slower(self, dst: int, src: int) -> bool:
+        """Whether backend ``dst`` is slower than ``src`` (``SLOWER``), which is in
+        service."""
+        fast = self.backends[src]
+        return not fast.paused and self.backends[dst].solo_speed < SLOWER * fast.solo_speed
 
     def _stays(self, req: SchedRequest, backend: Scheduler, now: float) -> bool:
         """A session's request that its backend would admit now, yet holds because it

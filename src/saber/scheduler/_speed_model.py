@@ -143,6 +143,12 @@ class SpeedModel:
         return self._f(load + self._elsewhere) / self._f1_raw
 
     @property
+    def solo_speed(self) -> float:
+        """f(1) on the backend's own curve, uncalibrated: what its profile says one
+        request alone gets (the luck of single requests does not move it)."""
+        return self._f1_raw
+
+    @property
     def max_speed(self) -> float:
         """f(1), calibrated: the fastest the backend can serve one request. Never below
         the fastest request seen lately (no request runs faster than a lone one), so
