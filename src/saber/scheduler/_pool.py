@@ -10,10 +10,9 @@ other backend that would admit them now (and not hold them there for later) and 
 slower (``SLOWER``), the most urgent first, to where they are worth most; an idle
 engine, however slow, takes the most urgent request waiting anywhere. So admission asks
 whether some backend can still serve a request in time, not whether the one it was
-placed on can. What one more sequence
-costs the requests still to come is priced on the pool's arrivals, in each backend's
-share of the pool's recent starts: a backend that few requests are placed on still
-runs those moved to it.
+placed on can. What one more sequence costs the requests still to come is priced on the
+pool's arrivals, in each backend's share of the pool's recent starts: a backend that few
+requests are placed on still runs those moved to it.
 
 A backend may be taken out of service (``set_down``: its circuit breaker opened): it
 is paused, so that nothing is placed or admitted there and what waits there moves on,
@@ -352,8 +351,8 @@ class Pool:
         return None
 
     def _slower(self, dst: int, src: int) -> bool:
-        """Whether backend ``dst`` is slower than ``src`` (``SLOWER``), which is in
-        service."""
+        """Whether backend ``dst`` is slower than ``src`` (``SLOWER``); never while
+        ``src`` is out of service, so that what waits there moves on."""
         fast = self.backends[src]
         return not fast.paused and self.backends[dst].solo_speed < SLOWER * fast.solo_speed
 
