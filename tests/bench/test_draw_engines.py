@@ -35,7 +35,9 @@ def test_the_same_seed_draws_the_same_engines_and_another_seed_others():
     assert draw.draw(4444, 8, "r44") != draw.draw(4445, 8, "r44")
 
 
-@pytest.mark.parametrize(("seed", "prefix"), [(4444, "r44"), (5555, "r55"), (6666, "r66"), (7777, "r77")])
+@pytest.mark.parametrize(
+    ("seed", "prefix"), [(4444, "r44"), (5555, "r55"), (6666, "r66"), (7777, "r77")]
+)
 def test_the_checked_in_files_are_what_the_script_draws(seed, prefix, capsys):
     draw = bench_script("draw_engines")
     draw.main(["--seed", str(seed), "--count", "8", "--prefix", prefix])
