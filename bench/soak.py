@@ -6,8 +6,8 @@ closed-loop clients, all admitted), requests arrive as a Poisson process at twic
 that rate for the duration, a mix of the shipped task types, half of them streams.
 Meanwhile:
 
-- clients hang up at random (``--disconnect``, at a random moment within 3 s: while
-  queued or while running);
+- clients hang up at random (``--disconnect``, at a random moment within 3 s of
+  sending the request: while queued or while running);
 - saber-sim answers a share of requests 500 and stalls another (its fault API:
   ``--error-rate``, ``--stall-prob``; a stall meets the gateway's read timeout);
 - saber-sim is killed (SIGKILL) and started again, twice (at 30% and 60%);
@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -215,6 +216,35 @@ def request(rng: random.Random, model: str) -> tuple[dict[str, Any], dict[str, s
     return body, {"x-saber-task": task}, stream
 
 
+async def _body_sent(
+    _: aiohttp.ClientSession, ctx: SimpleNamespace, __: aiohttp.TraceRequestChunkSentParams
+) -> None:
+    if ctx.trace_request_ctx is not None:
+        ctx.trace_request_ctx["sent"].set()
+
+
+def tracing() -> aiohttp.TraceConfig:
+    """Tells each request's ``sent`` event (its ``trace_request_ctx``) once its body
+    has been handed to the connection: from then on the gateway gets the request
+    whenever the client hangs up."""
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_body_sent)
+    return trace
+
+
+async def hang_up_after(answer: asyncio.Task[str], sent: asyncio.Event, seconds: float) -> str:
+    """``answer``'s result, unless it takes more than ``seconds`` from when its request
+    was sent: the client hangs up then (TimeoutError). Timed from the send, not the
+    call: a client that gave up before its request left never reached the gateway,
+    which has nothing to count for it, and the soak would call it lost."""
+    sending = asyncio.ensure_future(sent.wait())
+    await asyncio.wait((answer, sending), return_when=asyncio.FIRST_COMPLETED)
+    sending.cancel()
+    if answer.done():
+        return answer.result()
+    return await asyncio.wait_for(answer, seconds)
+
+
 async def one(
     session: aiohttp.ClientSession,
     url: str,
@@ -224,9 +254,12 @@ async def one(
 ) -> None:
     body, headers, stream = spec
     tally.sent += 1
+    sent = asyncio.Event()
 
     async def exchange() -> str:
-        async with session.post(url, json=body, headers=headers) as resp:
+        async with session.post(
+            url, json=body, headers=headers, trace_request_ctx={"sent": sent}
+        ) as resp:
             if not stream or not resp.headers.get("content-type", "").startswith(
                 "text/event-stream"
             ):
@@ -245,7 +278,8 @@ async def one(
         if hang_up is None:
             tally.client[await exchange()] += 1
         else:
-            tally.client[await asyncio.wait_for(exchange(), hang_up)] += 1
+            answer = asyncio.ensure_future(exchange())
+            tally.client[await hang_up_after(answer, sent, hang_up)] += 1
     except TimeoutError:
         tally.client["hung up"] += 1
     except (aiohttp.ClientError, OSError) as exc:
@@ -333,7 +367,9 @@ async def soak(
     timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S)
     # force_close: a hang-up closes its own connection, as an editor's does.
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+    async with aiohttp.ClientSession(
+        timeout=timeout, connector=connector, trace_configs=[tracing()]
+    ) as session:
         served = await closed_loop(
             session, url, sim.model, plan.max_concurrency, plan.warmup_s, rng, tally
         )
