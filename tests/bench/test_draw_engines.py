@@ -36,7 +36,7 @@ def test_the_same_seed_draws_the_same_engines_and_another_seed_others():
 
 
 @pytest.mark.parametrize(
-    ("seed", "prefix"), [(4444, "r44"), (5555, "r55"), (6666, "r66"), (7777, "r77")]
+    ("seed", "prefix"), [(4444, "r44"), (5555, "r55"), (6666, "r66"), (7777, "r77"), (8888, "r88")]
 )
 def test_the_checked_in_files_are_what_the_script_draws(seed, prefix, capsys):
     draw = bench_script("draw_engines")
