@@ -1,5 +1,5 @@
-"""What one more request costs the others: as the default's rule prices it when it
-arrives, and as it turns out.
+"""What one more request costs the others, as the default's rule prices it when it
+arrives and as it turns out; and what each of its holds buys.
 
     .venv/bin/python bench/marginal_cost.py --preset paper --workload W1 \\
         [--sla-scale 1] [--multiple 1] [--seeds 30] [--seed-base 99000] [--every 5] \\
@@ -7,15 +7,23 @@ arrives, and as it turns out.
 
 The rule admits a request when its chance of meeting its SLA clears its price: what one
 more sequence is expected to cost the running requests and those still to come, in
-requests on schedule (docs/admission.md, "The rule"). This checks the price. Each trace
-(realistic mode, at ``--multiple`` of the rate at which vLLM alone saturates the engine)
-is served in virtual time by the shipped policy with no cost weighed (the future's
-weight 0, the running requests' loss off), which admits as vLLM alone would; at each
-arrival to a busy engine it notes the price the shipped rule would put on the request.
-Then the trace is served again without that request (every ``--every``-th one): the
-others' met SLAs change by what it truly cost them. Per task it prints the mean price
-and the mean true cost, with the standard error over the traces (removals within one
-trace are correlated). docs/admission.md ("Where the gateway does not help") quotes it.
+requests on schedule (docs/admission.md, "The rule"). Traces are served in virtual time
+(realistic mode, at ``--multiple`` of the rate at which vLLM alone saturates the
+engine), two ways.
+
+The price: the shipped policy with no cost weighed (the future's weight 0, the running
+requests' loss off) admits as vLLM alone would, and at each arrival to a busy engine
+notes the price the shipped rule would put on the request. Then the trace is served
+again without that request (every ``--every``-th one): the others' met SLAs change by
+what it truly cost them.
+
+The holds: the shipped policy serves the trace; each request it does not admit on
+arrival is, in another run, admitted on arrival instead, everything else left to the
+rule. Its own met SLA and the others' change by what the hold cost it and bought them.
+
+Per task it prints the means; the true cost and what the holds bought are means over
+the traces of each trace's mean, with their standard error (the requests of one trace
+are correlated). docs/admission.md ("Is the price right?") quotes it.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from saber.bench._runner import rescore
 from saber.bench.matrix.run import fit_engine, sla_scaled
 from saber.config import TaskType, load_workloads
 from saber.engine import PRESETS, Engine, EnginePreset
-from saber.scheduler import Decision, Policy, SchedRequest, Scheduler, SpeedFn, TTFTFn
+from saber.scheduler import Decision, Policy, SchedRequest, Scheduler, SpeedFn, Tier, TTFTFn
 from saber.scheduler._costs import NO_FUTURE
 from saber.sim import simulate
 from saber.speed import SpeedModel
@@ -49,8 +57,9 @@ class Price:
 
 
 class Pricing(Scheduler):
-    """Serves with its own policy and notes, at each arrival to a busy engine, the
-    price that ``rule`` would put on the request."""
+    """Serves with its own policy; notes, at each arrival to a busy engine, the price
+    that ``rule`` would put on the request, and which requests were left waiting on
+    arrival; admits the one named ``admit`` on arrival whatever the policy says."""
 
     def __init__(
         self,
@@ -61,10 +70,12 @@ class Pricing(Scheduler):
         tasks: Mapping[str, TaskType],
         ttft: TTFTFn | None,
         seed: int,
+        admit: str | None = None,
     ) -> None:
         super().__init__(speed, policy, tasks=tasks, ttft=ttft, seed=seed)
-        self.rule = rule
+        self.rule, self.admit = rule, admit
         self.prices: dict[str, Price] = {}
+        self.held: set[str] = set()
 
     def offer(self, req: SchedRequest, now: float) -> list[Decision]:
         if self.load:
@@ -79,24 +90,68 @@ class Pricing(Scheduler):
                 )
             finally:
                 self.policy = serving
-        return super().offer(req, now)
+        out = super().offer(req, now)
+        if req.id in self._hpq:  # it waits
+            self.held.add(req.id)
+            if req.id == self.admit:
+                self._hpq.remove(req.id)
+                out.append(self._start(req, now, Tier.HIGH))
+        return out
 
 
-def serve(
-    trace: Sequence[TraceRequest],
-    preset: EnginePreset,
-    tasks: Mapping[str, TaskType],
-    speed: SpeedModel,
-    ttft: TTFTFn | None,
-    seed: int,
-) -> tuple[dict[str, bool], dict[str, Price]]:
-    """Each request's met SLA, and the prices noted, with no cost weighed."""
-    rule = dataclasses.replace(shipped_policy(), max_concurrency=VLLM_DEFAULT_MAX_NUM_SEQS)
-    weighs_none = dataclasses.replace(rule, future_weight=0.0, gain=False)
-    scheduler = Pricing(speed, weighs_none, rule, tasks=tasks, ttft=ttft, seed=seed)
-    engine = Engine(preset, max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS)
-    result = simulate(trace, engine, tasks=tasks, scheduler=scheduler)
-    return {r.id: r.met_sla for r in rescore(result.records, tasks)}, scheduler.prices
+@dataclass(frozen=True)
+class Served:
+    met: dict[str, bool]
+    waited: dict[str, float]  # from arrival to admission (inf: never admitted)
+    demoted: set[str]
+    prices: dict[str, Price]
+    held: set[str]
+
+
+@dataclass(frozen=True)
+class Setup:
+    preset: EnginePreset
+    tasks: Mapping[str, TaskType]
+    speed: SpeedModel
+    ttft: TTFTFn | None
+
+    def serve(
+        self, trace: Sequence[TraceRequest], seed: int, *, weigh: bool, admit: str | None = None
+    ) -> Served:
+        """The trace served by the shipped policy (``weigh``) or by it with no cost
+        weighed, ``admit`` admitted on arrival."""
+        rule = dataclasses.replace(shipped_policy(), max_concurrency=VLLM_DEFAULT_MAX_NUM_SEQS)
+        policy = rule if weigh else dataclasses.replace(rule, future_weight=0.0, gain=False)
+        scheduler = Pricing(
+            self.speed, policy, rule, tasks=self.tasks, ttft=self.ttft, seed=seed, admit=admit
+        )
+        engine = Engine(self.preset, max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS)
+        result = simulate(trace, engine, tasks=self.tasks, scheduler=scheduler)
+        records = rescore(result.records, self.tasks)
+        return Served(
+            {r.id: r.met_sla for r in records},
+            {
+                r.id: math.inf if r.admitted_at is None else r.admitted_at - r.arrival
+                for r in records
+            },
+            {r.id for r in records if r.demoted},
+            scheduler.prices,
+            scheduler.held,
+        )
+
+
+def others_gain(base: Served, other: Served, x: str) -> int:
+    """Met SLAs of the requests other than ``x``, in ``other`` less in ``base``."""
+    return sum(met for k, met in other.met.items() if k != x) - sum(
+        met for k, met in base.met.items() if k != x
+    )
+
+
+def _mean_se(per_trace: list[float]) -> str:
+    if len(per_trace) < 2:
+        return "n/a"
+    se = statistics.stdev(per_trace) / math.sqrt(len(per_trace))
+    return f"{statistics.fmean(per_trace):+.3f} ± {se:.3f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,8 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(seeds {args.seed_base}..{args.seed_base + args.seeds - 1}), every "
         f"{args.every}th request removed in turn\n"
     )
-    rows: dict[str, list[tuple[Price, bool, int]]] = defaultdict(list)
-    per_trace: dict[str, list[float]] = defaultdict(list)  # mean true cost, per trace
+    setup = Setup(preset, scaled, fit.models["usl"], ttft)
+    removed: dict[str, list[tuple[Price, bool, int]]] = defaultdict(list)
+    held: dict[str, list[tuple[Price | None, bool, int, int]]] = defaultdict(list)
+    cost_by_trace: dict[str, list[float]] = defaultdict(list)
+    bought_by_trace: dict[str, list[float]] = defaultdict(list)
     for i in range(args.seeds):
         trace = generate_trace(
             workloads[args.workload],
@@ -140,40 +198,67 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed_base + i,
             mode="realistic",
         )
-        met, prices = serve(trace, preset, scaled, fit.models["usl"], ttft, i)
         costs: dict[str, list[int]] = defaultdict(list)
+        base = setup.serve(trace, i, weigh=False)
         for x in trace[:: args.every]:
-            if x.id not in prices:
+            if x.id not in base.prices:
                 continue  # it arrived at an idle engine, which the rule never prices
-            without, _ = serve(
-                [t for t in trace if t.id != x.id], preset, scaled, fit.models["usl"], ttft, i
-            )
-            cost = sum(without.values()) - sum(met[k] for k in without)
-            rows[x.task].append((prices[x.id], met[x.id], cost))
-            for key in (x.task, "all"):
-                costs[key].append(cost)
+            without = setup.serve([t for t in trace if t.id != x.id], i, weigh=False)
+            cost = others_gain(base, without, x.id)  # what it cost them
+            removed[x.task].append((base.prices[x.id], base.met[x.id], cost))
+            costs[x.task].append(cost)
+            costs["all"].append(cost)
+        bought: dict[str, list[int]] = defaultdict(list)
+        shipped = setup.serve(trace, i, weigh=True)
+        for x in (t for t in trace if t.id in shipped.held):
+            admitted = setup.serve(trace, i, weigh=True, admit=x.id)
+            own = admitted.met[x.id] - shipped.met[x.id]
+            others = -others_gain(shipped, admitted, x.id)  # what the hold bought them
+            held[x.task].append((shipped.prices.get(x.id), x.id in shipped.demoted, own, others))
+            bought[x.task].append(others)
+            bought["all"].append(others)
         for key, values in costs.items():
-            per_trace[key].append(statistics.fmean(values))
-    rows["all"] = [row for task in sorted(rows) for row in rows[task]]
+            cost_by_trace[key].append(statistics.fmean(values))
+        for key, values in bought.items():
+            bought_by_trace[key].append(statistics.fmean(values))
+    removed["all"] = [row for task in sorted(removed) for row in removed[task]]
+    held["all"] = [row for task in sorted(held) for row in held[task]]
 
+    print("What one more request costs the others, served with no cost weighed:\n")
     print(
         "| task | requests | chance at arrival | met | price: running | future | total "
-        "| true cost | its standard error |"
+        "| true cost |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for task in [*sorted(t for t in rows if t != "all"), "all"]:
-        got = rows[task]
-        if not got:
+    print("|---|---|---|---|---|---|---|---|")
+    for task in [*sorted(t for t in removed if t != "all"), "all"]:
+        rows = removed[task]
+        if not rows:
             continue
-        traces = per_trace[task]
-        se = statistics.stdev(traces) / math.sqrt(len(traces)) if len(traces) > 1 else math.nan
-        running = statistics.fmean(p.running for p, _, _ in got)
-        future = statistics.fmean(p.future for p, _, _ in got)
+        running = statistics.fmean(p.running for p, _, _ in rows)
+        future = statistics.fmean(p.future for p, _, _ in rows)
         print(
-            f"| {task} | {len(got)} | {statistics.fmean(p.chance for p, _, _ in got):.3f} "
-            f"| {statistics.fmean(m for _, m, _ in got):.3f} | {running:.3f} | {future:.3f} "
-            f"| {running + future:.3f} | {statistics.fmean(c for _, _, c in got):.3f} "
-            f"| {se:.3f} |"
+            f"| {task} | {len(rows)} | {statistics.fmean(p.chance for p, _, _ in rows):.3f} "
+            f"| {statistics.fmean(m for _, m, _ in rows):.3f} | {running:.3f} | {future:.3f} "
+            f"| {running + future:.3f} | {_mean_se(cost_by_trace[task])} |"
+        )
+    print("\nWhat each hold of the shipped policy cost the held request and bought the others:\n")
+    print(
+        "| task | holds | chance at arrival | price | demoted | admitted on arrival instead: "
+        "its own met | the others' met lost |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for task in [*sorted(t for t in held if t != "all"), "all"]:
+        rows = held[task]
+        if not rows:
+            continue
+        priced = [p for p, _, _, _ in rows if p is not None]
+        chance = statistics.fmean(p.chance for p in priced) if priced else math.nan
+        price = statistics.fmean(p.running + p.future for p in priced) if priced else math.nan
+        print(
+            f"| {task} | {len(rows)} | {chance:.3f} | {price:.3f} "
+            f"| {statistics.fmean(d for _, d, _, _ in rows):.2f} "
+            f"| {statistics.fmean(o for _, _, o, _ in rows):+.3f} "
+            f"| {_mean_se(bought_by_trace[task])} |"
         )
     return 0
 
