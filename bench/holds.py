@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from saber.bench._engines_file import load_engines
+from saber.bench._engines_file import engines_with
 from saber.bench._grid import VLLM_DEFAULT_MAX_NUM_SEQS, variant_policy
 from saber.bench._runner import rescore, serve_saber, serve_static
 from saber.bench.matrix.run import fit_engine, sla_scaled
 from saber.config import load_tasks, load_workloads
-from saber.engine import PRESETS
 from saber.workload import generate_trace
 
 HELD_S = 0.05
@@ -43,7 +42,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=100)
     args = parser.parse_args()
 
-    engines = {**PRESETS, **(load_engines(args.engines_file) if args.engines_file else {})}
+    engines = engines_with(args.engines_file)
     if args.preset not in engines:
         parser.error(f"unknown engine {args.preset!r}")
     preset = engines[args.preset]

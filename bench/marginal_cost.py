@@ -36,12 +36,12 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from saber.bench._engines_file import load_engines
+from saber.bench._engines_file import engines_with
 from saber.bench._grid import VLLM_DEFAULT_MAX_NUM_SEQS, shipped_policy, shipped_tasks
 from saber.bench._runner import rescore
 from saber.bench.matrix.run import fit_engine, sla_scaled
 from saber.config import TaskType, load_workloads
-from saber.engine import PRESETS, Engine, EnginePreset
+from saber.engine import Engine, EnginePreset
 from saber.scheduler import Decision, Policy, SchedRequest, Scheduler, SpeedFn, Tier, TTFTFn
 from saber.scheduler._costs import NO_FUTURE
 from saber.sim import simulate
@@ -154,6 +154,14 @@ def _mean_se(per_trace: list[float]) -> str:
     return f"{statistics.fmean(per_trace):+.3f} ± {se:.3f}"
 
 
+def _print_table(title: str, header: str, rows: list[list[str]]) -> None:
+    """A markdown table under ``title``; ``header``'s columns split on ``|``."""
+    columns = header.count("|") + 1
+    print(f"{title}\n\n| {header} |\n|{'---|' * columns}")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="paper")
@@ -169,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds < 2 or args.every < 1:
         parser.error("--seeds must be at least 2 and --every at least 1")
 
-    engines = {**PRESETS, **(load_engines(args.engines_file) if args.engines_file else {})}
+    engines = engines_with(args.engines_file)
     if args.preset not in engines:
         parser.error(f"unknown engine {args.preset!r}")
     preset = engines[args.preset]
@@ -182,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.preset}, {args.workload}, SLA x{args.sla_scale:g}, {args.multiple:g}x its "
         f"capacity ({rps:.2f} requests/s); {args.seeds} traces of {args.requests} requests "
         f"(seeds {args.seed_base}..{args.seed_base + args.seeds - 1}), every "
-        f"{args.every}th request removed in turn\n"
+        f"one request in {args.every} removed in turn\n"
     )
     setup = Setup(preset, scaled, fit.models["usl"], ttft)
     removed: dict[str, list[tuple[Price, bool, int]]] = defaultdict(list)
@@ -224,42 +232,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     removed["all"] = [row for task in sorted(removed) for row in removed[task]]
     held["all"] = [row for task in sorted(held) for row in held[task]]
 
-    print("What one more request costs the others, served with no cost weighed:\n")
-    print(
-        "| task | requests | chance at arrival | met | price: running | future | total "
-        "| true cost |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    removed_rows = []
     for task in [*sorted(t for t in removed if t != "all"), "all"]:
-        rows = removed[task]
-        if not rows:
-            continue
-        running = statistics.fmean(p.running for p, _, _ in rows)
-        future = statistics.fmean(p.future for p, _, _ in rows)
-        print(
-            f"| {task} | {len(rows)} | {statistics.fmean(p.chance for p, _, _ in rows):.3f} "
-            f"| {statistics.fmean(m for _, m, _ in rows):.3f} | {running:.3f} | {future:.3f} "
-            f"| {running + future:.3f} | {_mean_se(cost_by_trace[task])} |"
-        )
-    print("\nWhat each hold of the shipped policy cost the held request and bought the others:\n")
-    print(
-        "| task | holds | chance at arrival | price | demoted | admitted on arrival instead: "
-        "its own met | the others' met lost |"
+        if rows := removed[task]:
+            running = statistics.fmean(p.running for p, _, _ in rows)
+            future = statistics.fmean(p.future for p, _, _ in rows)
+            removed_rows.append(
+                [
+                    task,
+                    str(len(rows)),
+                    f"{statistics.fmean(p.chance for p, _, _ in rows):.3f}",
+                    f"{statistics.fmean(m for _, m, _ in rows):.3f}",
+                    f"{running:.3f}",
+                    f"{future:.3f}",
+                    f"{running + future:.3f}",
+                    _mean_se(cost_by_trace[task]),
+                ]
+            )
+    _print_table(
+        "What one more request costs the others, served with no cost weighed:",
+        "task | requests | chance at arrival | met | price: running | future | total | true cost",
+        removed_rows,
     )
-    print("|---|---|---|---|---|---|---|")
+    held_rows = []
     for task in [*sorted(t for t in held if t != "all"), "all"]:
-        rows = held[task]
-        if not rows:
-            continue
-        priced = [p for p, _, _, _ in rows if p is not None]
-        chance = statistics.fmean(p.chance for p in priced) if priced else math.nan
-        price = statistics.fmean(p.running + p.future for p in priced) if priced else math.nan
-        print(
-            f"| {task} | {len(rows)} | {chance:.3f} | {price:.3f} "
-            f"| {statistics.fmean(d for _, d, _, _ in rows):.2f} "
-            f"| {statistics.fmean(o for _, _, o, _ in rows):+.3f} "
-            f"| {_mean_se(bought_by_trace[task])} |"
-        )
+        if rows_held := held[task]:
+            priced = [p for p, _, _, _ in rows_held if p is not None]
+            chance = statistics.fmean(p.chance for p in priced) if priced else math.nan
+            price = statistics.fmean(p.running + p.future for p in priced) if priced else math.nan
+            held_rows.append(
+                [
+                    task,
+                    str(len(rows_held)),
+                    f"{chance:.3f}",
+                    f"{price:.3f}",
+                    f"{statistics.fmean(d for _, d, _, _ in rows_held):.2f}",
+                    f"{statistics.fmean(o for _, _, o, _ in rows_held):+.3f}",
+                    _mean_se(bought_by_trace[task]),
+                ]
+            )
+    print()
+    _print_table(
+        "What each hold of the shipped policy cost the held request and bought the others:",
+        "task | holds | chance at arrival | price | demoted | admitted on arrival instead: "
+        "its own met | the others' met lost",
+        held_rows,
+    )
     return 0
 
 

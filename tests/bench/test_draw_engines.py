@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness import bench_script
-from saber.bench._engines_file import load_engines
+from saber.bench._engines_file import engines_with, load_engines
+from saber.engine import PRESETS
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -42,3 +43,10 @@ def test_the_checked_in_files_are_what_the_script_draws(seed, prefix, capsys):
     draw = bench_script("draw_engines")
     draw.main(["--seed", str(seed), "--count", "8", "--prefix", prefix])
     assert (BENCH / f"random_engines_{seed}.yaml").read_text() == capsys.readouterr().out
+
+
+def test_engines_with_a_file_are_the_shipped_presets_and_the_files():
+    drawn = load_engines(BENCH / "random_engines_8888.yaml")
+    assert engines_with(None) == PRESETS
+    assert engines_with(BENCH / "random_engines_8888.yaml") == {**PRESETS, **drawn}
+    assert set(drawn) == {f"r88-{i}" for i in range(8)}

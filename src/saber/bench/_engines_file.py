@@ -81,6 +81,11 @@ def load_engines(path: str | Path) -> dict[str, EnginePreset]:
     return out
 
 
+def engines_with(path: str | Path | None) -> dict[str, EnginePreset]:
+    """Every shipped preset, and those ``path`` defines (none without a path)."""
+    return {**PRESETS, **(load_engines(path) if path else {})}
+
+
 def _preset(entry: EngineEntry, where: str) -> EnginePreset:
     factors = entry.model_dump(exclude={"name", "hardware", "model"}, exclude_none=True)
     hardware, model = _hardware(entry, where), _model(entry, where)
