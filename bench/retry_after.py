@@ -65,11 +65,13 @@ class Probing:
     def progress(self, req_id: str, tokens: int, now: float) -> None:
         self.sched.progress(req_id, tokens, now)
 
-    def finish(self, req_id: str, now: float, tokens: int | None = None) -> object:
+    def finish(
+        self, req_id: str, now: float, tokens: int | None = None, prompt_tokens: int | None = None
+    ) -> object:
         for probe in self.open:
             probe.observed = now - probe.at
         self.open.clear()
-        return self.sched.finish(req_id, now, tokens)
+        return self.sched.finish(req_id, now, tokens, prompt_tokens)
 
     def next_wakeup(self) -> float | None:
         return self.sched.next_wakeup()

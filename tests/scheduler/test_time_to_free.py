@@ -134,11 +134,13 @@ class Probing:
     def progress(self, rid: str, tokens: int, now: float) -> None:
         self.sched.progress(rid, tokens, now)
 
-    def finish(self, rid: str, now: float, tokens: int | None = None) -> object:
+    def finish(
+        self, rid: str, now: float, tokens: int | None = None, prompt_tokens: int | None = None
+    ) -> object:
         for probe in self.open:
             probe.append(now - probe[0])
         self.open.clear()
-        return self.sched.finish(rid, now, tokens)
+        return self.sched.finish(rid, now, tokens, prompt_tokens)
 
     def next_wakeup(self) -> float | None:
         return self.sched.next_wakeup()

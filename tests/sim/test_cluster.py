@@ -67,7 +67,9 @@ class FakePool:
         self.times.append(now)
         self.progressed.setdefault(req_id, []).append(tokens)
 
-    def finish(self, req_id: str, now: float, tokens: int | None = None) -> None:
+    def finish(
+        self, req_id: str, now: float, tokens: int | None = None, prompt_tokens: int | None = None
+    ) -> None:
         self.times.append(now)
         self.finished[req_id] = tokens
 
@@ -92,8 +94,10 @@ class OneBackend:
     def progress(self, req_id: str, tokens: int, now: float) -> None:
         self.pool.progress(req_id, tokens, now)
 
-    def finish(self, req_id: str, now: float, tokens: int | None = None) -> None:
-        self.pool.finish(req_id, now, tokens)
+    def finish(
+        self, req_id: str, now: float, tokens: int | None = None, prompt_tokens: int | None = None
+    ) -> None:
+        self.pool.finish(req_id, now, tokens, prompt_tokens)
 
     def next_wakeup(self) -> float | None:
         return self.pool.next_wakeup()
@@ -241,8 +245,10 @@ class Limited(FakePool):
             self.turn += 1
         return out
 
-    def finish(self, req_id: str, now: float, tokens: int | None = None) -> None:
-        super().finish(req_id, now, tokens)
+    def finish(
+        self, req_id: str, now: float, tokens: int | None = None, prompt_tokens: int | None = None
+    ) -> None:
+        super().finish(req_id, now, tokens, prompt_tokens)
         self.in_flight -= 1
 
 

@@ -52,7 +52,9 @@ class DelayScheduler:
             out.append(Decision(Action.ADMIT, req, now))
         return out
 
-    def finish(self, req_id: str, now: float, tokens: int | None = None) -> None:
+    def finish(
+        self, req_id: str, now: float, tokens: int | None = None, prompt_tokens: int | None = None
+    ) -> None:
         self.times.append(now)
         self.finished.append((req_id, now))
 

@@ -45,6 +45,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "uncalibrated": {"calibrate": False},
     "learned": {"learn_lengths": True},
     "unlearned": {"learn_lengths": False},
+    "conditioned": {"condition_lengths": True},
+    "unconditioned": {"condition_lengths": False},
     "chance": {"decide": "chance"},
     "by_mean": {"decide": "mean"},
     "no_gain": {"gain": False},

@@ -15,6 +15,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
+from saber.backend import BackendKind
 from saber.config import TaskType
 from saber.gateway.admission.driver import Admission
 from saber.gateway.admission.gate import PassthroughGate
@@ -62,7 +63,11 @@ class Gateway:
         self.reloader = Reloader(lambda: self.settings, self.apply, self.metrics)
         self.seed = cfg.seed if cfg.seed is not None else random.SystemRandom().randrange(2**32)
         self.policy = Policy.from_config(cfg)
-        lengths = TaskLengths(list(self.tasks.values()), learn=self.policy.learn_lengths)
+        lengths = TaskLengths(
+            list(self.tasks.values()),
+            learn=self.policy.learn_lengths,
+            condition=self.policy.condition_lengths,
+        )
         replicas, speeds = [], []
         for i, bp in enumerate(profiles):
             speeds.append(bp.speed_model())
@@ -171,12 +176,19 @@ class Gateway:
             await learning.start()
         self.reloader.start()
         s = self.settings
-        if s.profile_is_default and any(r.profile.backend.profile is None for r in self.replicas):
-            log.warning(
-                "no profile configured: using the default profile shipped for saber-sim's "
-                "paper preset; fit one for your backend with saber-profile",
-                extra={"profile": str(s.profile_path)},
-            )
+        shipped = [r for r in self.replicas if r.profile.backend.profile is None]
+        if s.profile_is_default and shipped:
+            kinds = sorted({r.watch.kind.value if r.watch.identified else "?" for r in shipped})
+            extra = {"profile": str(s.profile_path), "backend_kinds": kinds}
+            if kinds == [BackendKind.SIM.value]:  # what the shipped profile describes
+                log.info("profile: the one shipped for saber-sim's paper preset", extra=extra)
+            else:
+                log.warning(
+                    "no profile configured: the one shipped for saber-sim's paper preset does "
+                    "not describe this backend; fit one for it with saber-profile "
+                    "(docs/profile.md)",
+                    extra=extra,
+                )
         ttft_tasks = sorted(name for name, t in self.tasks.items() if t.sla_kind == "ttft")
         unfit = [r.name for r in self.replicas if r.profile.ttft() is None]
         if ttft_tasks and unfit:

@@ -7,8 +7,9 @@ of a pool the same way, each decision naming its backend. ``Policy.from_config``
 settings become a policy; ``PRESETS`` names the paper's and the default.
 """
 
+from saber.scheduler._conditioned import Carried
 from saber.scheduler._core import Observation, Scheduler, SpeedFn, TTFTFn
-from saber.scheduler._lengths import LengthEstimate, TaskLengths
+from saber.scheduler._lengths import LengthEstimate
 from saber.scheduler._policy import PRESETS, Policy
 from saber.scheduler._pool import (
     PLACEMENTS,
@@ -27,12 +28,14 @@ from saber.scheduler._request import (
     Tier,
     request_for,
 )
+from saber.scheduler._task_lengths import TaskLengths
 
 __all__ = [
     "MAX_TOKENS",
     "PLACEMENTS",
     "PRESETS",
     "Action",
+    "Carried",
     "Decision",
     "LengthEstimate",
     "Observation",

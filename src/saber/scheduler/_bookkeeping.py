@@ -17,6 +17,7 @@ import numpy as np
 from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import MAX_TOKENS, Action, Decision, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import SpeedModel
+from saber.scheduler._task_lengths import Dist
 
 _FREE_GRID = np.concatenate(([0.0], np.geomspace(0.005, 3600.0, 160)))
 """The times (s) at which ``time_to_free`` weighs the chance that a slot has freed."""
@@ -182,7 +183,7 @@ class Bookkeeping(SpeedModel):
         if not self._running:
             return None
         speed = self.predicted_speed(self.load)
-        by_task: dict[str, list[tuple[float, float, float, float]]] = {}
+        by_dist: dict[tuple[str, Dist], list[tuple[float, float, float, float]]] = {}
         for req in self._running.values():
             if req.generated is not None:
                 made = float(req.generated)
@@ -191,14 +192,14 @@ class Bookkeeping(SpeedModel):
                 made = float(max(int(self._made(req, now)), 0))
                 pace = speed
             cap = float(req.cap) if req.cap else float(MAX_TOKENS)
-            left = self.lengths.remaining(req.task, int(made), req.cap, req.tokens)
-            by_task.setdefault(req.task, []).append((made, cap, pace, left))
+            left = self.lengths.remaining(req.task, int(made), req.cap, req.tokens, req.dist)
+            by_dist.setdefault((req.task, req.dist), []).append((made, cap, pace, left))
         certain = np.inf  # the soonest certain end: a remainder taken as certain, or a cap
         alive = np.ones_like(_FREE_GRID)  # P(no uncertain one has ended by each grid time)
-        for task, rows in by_task.items():
+        for (task, dist), rows in by_dist.items():
             arr = np.array(rows, dtype=float)
             made_a, cap_a, pace_a, left_a = (arr[:, i : i + 1] for i in range(4))
-            est = self.lengths.estimate(task)
+            est = self.lengths.estimate(task, dist)
             if est is None:
                 certain = min(certain, float(np.min(np.maximum(left_a, 0.0) / pace_a)))
             else:

@@ -97,8 +97,9 @@ class _Effective:
         return float(np.interp(pos, np.arange(len(self.cdf)), self.cdf, left=0.0, right=1.0))
 
 
-Kind = tuple[str, int, "int | None", int, bool]
-"""``SchedRequest.kind``: task, expected tokens, cap, floor, whether tokens is exact."""
+Kind = tuple[str, int, "int | None", int, bool, object]
+"""``SchedRequest.kind``: task, expected tokens, cap, floor, whether tokens is exact, and
+the distribution its length follows (the task's, or a conditioned one)."""
 
 
 def rounded_sigma(sigma: float) -> float:
@@ -120,7 +121,7 @@ class Needs:
         hit = self._dists.get(kind)
         if hit is not None and hit[0] == version and hit[1] == sigma:
             return hit[2]
-        _, tokens, cap, floor, exact = kind
+        _, tokens, cap, floor, exact, _ = kind
         known = tokens if exact or est is None else None  # a certain length
         dist = _Effective(None if known else est, known, cap, floor, sigma)
         self._dists[kind] = (version, sigma, dist)

@@ -24,12 +24,12 @@ from saber.config import TaskType
 from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._calibration import Calibration, Observation
 from saber.scheduler._chance import Needs, rounded_sigma
-from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._placing import Placing
 from saber.scheduler._policy import Policy
 from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import Action, Decision, Kind, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import SpeedFn, TTFTFn
+from saber.scheduler._task_lengths import TaskLengths
 
 __all__ = ["Observation", "Scheduler", "SpeedFn", "TTFTFn"]
 
@@ -83,7 +83,11 @@ class Scheduler(Placing):
         task_list = list(tasks.values()) if isinstance(tasks, Mapping) else list(tasks)
         self.tasks: dict[str, TaskType] = {t.name: t for t in task_list}
         if lengths is None:
-            lengths = TaskLengths(task_list, learn=self.policy.learn_lengths)
+            lengths = TaskLengths(
+                task_list,
+                learn=self.policy.learn_lengths,
+                condition=self.policy.condition_lengths,
+            )
         self.lengths = lengths
         self._rng = random.Random(seed)
         self._hpq = TaskQueues()
@@ -188,15 +192,23 @@ class Scheduler(Placing):
                 if req.admitted_at is not None:  # always, for a running request
                     self._first_wait = now - req.admitted_at
 
-    def finish(self, req_id: str, now: float, tokens: int | None = None) -> Outcome | None:
+    def finish(
+        self,
+        req_id: str,
+        now: float,
+        tokens: int | None = None,
+        prompt_tokens: int | None = None,
+    ) -> Outcome | None:
         """A running request completed, having generated ``tokens`` (None: not
-        known). Returns None if it was not running, so a caller that reports twice
+        known), its prompt counted as ``prompt_tokens`` by the engine (None: not
+        reported). Returns None if it was not running, so a caller that reports twice
         releases the slot only once."""
         req = self._running.get(req_id)
         if req is None:
             return None
         if tokens is None:
             tokens = req.generated
+        self.lengths.observe_prompt(req.carried, prompt_tokens)
         if tokens:
             self._learn(req, now, tokens)
         self._release(req_id, now)

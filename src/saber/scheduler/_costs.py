@@ -18,6 +18,7 @@ from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._bookkeeping import Bookkeeping
 from saber.scheduler._chance import Needs, running_chance
 from saber.scheduler._request import MAX_TOKENS, SchedRequest, Tier
+from saber.scheduler._task_lengths import Dist
 
 
 def overlap(age: float, runs: float, d: float, delay: float = 0.0) -> float:
@@ -67,11 +68,15 @@ class Costs(Bookkeeping):
     def _need(self, req: SchedRequest, p: float) -> float:
         """The work (tokens at the predicted speed) ``req`` needs to finish in time with
         chance ``p``: a quantile of its effective length (``saber.scheduler._chance``)."""
-        return self.needs.tokens(req.kind, self.lengths.estimate(req.task), p, self._sigma)
+        return self.needs.tokens(
+            req.kind, self.lengths.estimate(req.task, req.dist), p, self._sigma
+        )
 
     def _chance(self, req: SchedRequest, budget: float) -> float:
         """P(``req`` finishes in time) with ``budget`` = speed x time left."""
-        return self.needs.chance(req.kind, self.lengths.estimate(req.task), budget, self._sigma)
+        return self.needs.chance(
+            req.kind, self.lengths.estimate(req.task, req.dist), budget, self._sigma
+        )
 
     def _future(self, now: float, speed: float) -> Future:
         """The requests still to come, per task of the recent mix: one more sequence
@@ -135,7 +140,7 @@ class Costs(Bookkeeping):
         v1 = self.predicted_speed(self._load + extra)
         if v1 >= v0 or not self._load:
             return empty, empty
-        rows: dict[tuple[str, bool], list[tuple[float, float, float, float]]] = {}
+        rows: dict[tuple[str, Dist, bool], list[tuple[float, float, float, float]]] = {}
         clock = self._clock_now(now)
         cal = self.calibration
         learned: dict[str, bool] = {}  # task -> whether its lengths are learned
@@ -152,23 +157,24 @@ class Costs(Bookkeeping):
             if made < 0.0:
                 made = 0.0
             rest = req.tokens - made
+            key: tuple[str, Dist, bool]
             if req.exact:
-                key, limit = (req.task, True), float(req.tokens)
+                key, limit = (req.task, None, True), float(req.tokens)
             else:
                 task = req.task
                 known = learned.get(task)
                 if known is None:
                     known = learned[task] = self.lengths.estimate(task) is not None
-                key, limit = (task, not known), float(req.cap or MAX_TOKENS)
+                key, limit = (task, req.dist, not known), float(req.cap or MAX_TOKENS)
             group = rows.get(key)
             if group is None:
                 group = rows[key] = []
             group.append((made, limit, left, rest if rest > 1.0 else 1.0))
         lost, lefts = [], []
         sigma = self._cal.sigma
-        for (task, exact), group in rows.items():
+        for (task, dist, exact), group in rows.items():
             made_a, limit_a, left_a, rest_a = np.array(group, dtype=float).T
-            est = None if exact else self.lengths.estimate(task)
+            est = None if exact else self.lengths.estimate(task, dist)
             budgets = np.stack((v0 * left_a, v1 * left_a))
             before, after = running_chance(est, made_a, limit_a, budgets, sigma, rest_a)
             lost.append(before - after)

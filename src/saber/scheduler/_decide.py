@@ -113,6 +113,7 @@ class Decide(Costs):
             if kind[0] != task:
                 continue
             req = SchedRequest("", task, 0.0, 0.0, kind[1], kind[2], kind[3], kind[4])
+            req.dist = kind[5]
             if self._need(req, self.policy.demote_below) > (1.0 + REBUILD_AT) * need:
                 return True
         return False

@@ -16,13 +16,12 @@ already produced, E[min(L, cap) - t | L > t], which grows for long-tailed tasks.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-
-from saber.config import TaskType
 
 BUCKETS_PER_DOUBLING = 8
 MAX_LENGTH = 1 << 24
@@ -37,11 +36,20 @@ _MID[0] = 1.0
 _LOG_EDGES = np.arange(len(_EDGES), dtype=float)  # log2(edge) * BUCKETS_PER_DOUBLING
 
 
-def _bucket(tokens: float) -> int:
+_BUILT = itertools.count(1 << 40)
+
+
+def bucket(tokens: float) -> int:
+    """The histogram bucket of a length of ``tokens``."""
     if tokens <= 1:
         return 0
     i = int(math.log2(tokens) * BUCKETS_PER_DOUBLING)
     return min(i, len(_MID) - 1)
+
+
+def n_buckets() -> int:
+    """How many buckets a length histogram has."""
+    return len(_MID)
 
 
 class LengthEstimate:
@@ -60,6 +68,20 @@ class LengthEstimate:
         self.version = 0  # moves with every change: what others cache from it is stale
         self._prior(mean)
 
+    @classmethod
+    def of(cls, weights: np.ndarray) -> LengthEstimate:
+        """A fixed distribution over the buckets (``weights``, any scale): what a
+        conditioning predicts for one kind of request (``saber.scheduler._conditioned``)."""
+        est = cls.__new__(cls)
+        est.weights = np.asarray(weights, dtype=float)
+        est._decay = 1.0
+        est._scale = 1.0
+        est._cache = {}
+        est._cum = None
+        est.count = 0
+        est.version = next(_BUILT)  # another build of one kind's distribution: not the same
+        return est
+
     def _prior(self, mean: float) -> None:
         sigma2 = math.log1p(PRIOR_CV**2)
         mu = math.log(max(mean, 1.0)) - sigma2 / 2
@@ -70,7 +92,7 @@ class LengthEstimate:
     def observe(self, tokens: int) -> None:
         """A finished request generated ``tokens``."""
         self._scale /= self._decay
-        self.weights[_bucket(tokens)] += self._scale
+        self.weights[bucket(tokens)] += self._scale
         self.count += 1
         self._changed()
         if self._scale > 1e12:  # renormalise long before floats lose precision
@@ -109,7 +131,7 @@ class LengthEstimate:
         limit = cap if cap is not None else MAX_LENGTH
         if produced >= limit:
             return 0.0
-        start = _bucket(produced + 1)
+        start = bucket(produced + 1)
         w = self.weights[start:]
         total = w.sum()
         if total <= 0:  # beyond everything seen: assume it is about to end
@@ -124,7 +146,7 @@ class LengthEstimate:
         broadcast; ``limit`` is the cap (MAX_LENGTH for none)."""
         cum = np.concatenate(([0.0], np.cumsum(self.weights)))  # weight of buckets < k
         total = cum[-1]
-        start = np.searchsorted(_EDGES[1:], produced + 1, side="right")  # _bucket(p + 1)
+        start = np.searchsorted(_EDGES[1:], produced + 1, side="right")  # bucket(p + 1)
         start = np.minimum(start, len(_MID) - 1)
         start = np.where(produced + 1 <= 1, 0, start)
         above = total - cum[start]  # weight of L > produced
@@ -161,73 +183,3 @@ class LengthEstimate:
         self._scale = 1.0
         self.count = int(state.get("count", 0))
         self._changed()
-
-
-class TaskLengths:
-    """What the scheduler expects each task type's answers to be.
-
-    With ``learn`` off it is the paper's set-up: every request of a task is
-    expected to generate the task's configured length (bounded by its cap).
-    """
-
-    def __init__(self, tasks: Iterable[TaskType] = (), *, learn: bool = False) -> None:
-        self.learn = learn
-        self._tasks = {t.name: t for t in tasks}
-        self._est: dict[str, LengthEstimate] = {}
-        if learn:
-            self._est = {name: LengthEstimate(t.expected_tokens) for name, t in self._tasks.items()}
-
-    def add(self, task: TaskType) -> None:
-        """A task type (new, or changed by a reload: its learned lengths are kept)."""
-        self._tasks[task.name] = task
-        if self.learn and task.name not in self._est:
-            self._est[task.name] = LengthEstimate(task.expected_tokens)
-
-    def expected(self, task: TaskType, cap: int | None, floor: int = 0) -> int:
-        """Tokens a new request of ``task`` is expected to generate."""
-        est = self._est.get(task.name)
-        if est is None:
-            tokens = (
-                task.expected_tokens if cap is None or cap <= 0 else min(cap, task.expected_tokens)
-            )
-            return max(tokens, floor, 1)
-        return max(round(est.mean(cap if cap else None, floor)), 1)
-
-    def remaining(self, task: str, produced: int, cap: int | None, tokens: int) -> float:
-        """Tokens a running request that has produced ``produced`` still has to make.
-
-        Without learning, the rest of its expected ``tokens``, at least one."""
-        est = self._est.get(task)
-        if est is None:
-            return max(tokens - produced, 1.0)
-        return est.remaining(produced, cap)
-
-    @property
-    def version(self) -> int:
-        """Moves whenever any task's learned lengths change."""
-        return sum(e.version for e in self._est.values())
-
-    def estimate(self, task: str) -> LengthEstimate | None:
-        """The task's learned lengths; None when lengths are not learned."""
-        return self._est.get(task)
-
-    def observe(self, task: str, tokens: int) -> None:
-        est = self._est.get(task)
-        if est is not None and tokens > 0:
-            est.observe(tokens)
-
-    def summary(self) -> dict[str, dict[str, Any]]:
-        return {name: est.summary() for name, est in self._est.items()}
-
-    def state(self) -> dict[str, Any]:
-        return {name: est.state() for name, est in self._est.items()}
-
-    def restore(self, state: Mapping[str, Any]) -> list[str]:
-        """Load a saved state; returns the tasks restored (unknown ones are skipped)."""
-        done = []
-        for name, saved in state.items():
-            est = self._est.get(name)
-            if est is not None:
-                est.restore(saved)
-                done.append(name)
-        return done

@@ -44,7 +44,10 @@ class Policy:
     ``calibrate``: scale f(L) by observed over predicted speed, learned from every
     finished request (an EWMA), so admission follows the engine it really has.
     ``learn_lengths``: learn each task's answer lengths instead of trusting its
-    configured mean. ``max_concurrency``: a hard cap on sequences at the backend.
+    configured mean. ``condition_lengths`` (with it): learn them also given what each
+    request carries (its prompt's size, a fingerprint), used per task only where that
+    predicts the answers that follow better than the task's own distribution
+    (``saber.scheduler._conditioned``). ``max_concurrency``: a hard cap on sequences at the backend.
     ``queue_cap``: the most requests of one task that may wait; past it an arrival is
     rejected.
     """
@@ -55,6 +58,7 @@ class Policy:
     lpq: LowQueue = "paper"
     calibrate: bool = False
     learn_lengths: bool = False
+    condition_lengths: bool = False
     decide: Decide = "mean"
     demote_below: float = 0.1
     refuse_below: float = 0.02
@@ -117,6 +121,7 @@ CLOSED_LOOP = Policy(
     protection="none",
     calibrate=True,
     learn_lengths=True,
+    condition_lengths=True,
     decide="chance",
 )
 MEAN = Policy(order="deadline", protection="none", lpq="idle", calibrate=True, learn_lengths=True)

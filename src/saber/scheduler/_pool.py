@@ -39,11 +39,11 @@ from typing import Literal
 from saber.config import TaskType
 from saber.scheduler._arrivals import Arrivals, Shares
 from saber.scheduler._core import Scheduler
-from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._placing import anything, never
 from saber.scheduler._policy import Policy
 from saber.scheduler._request import Action, Decision, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import SpeedFn, TTFTFn
+from saber.scheduler._task_lengths import TaskLengths
 
 Placement = Literal["chance", "round-robin", "least-loaded"]
 PLACEMENTS: tuple[Placement, ...] = ("chance", "round-robin", "least-loaded")
@@ -126,7 +126,9 @@ class Pool:
         sees (1/M of M gateways behind an even balancer)."""
         policy = policy or Policy()
         task_list = list(tasks.values()) if isinstance(tasks, Mapping) else list(tasks)
-        lengths = TaskLengths(task_list, learn=policy.learn_lengths)
+        lengths = TaskLengths(
+            task_list, learn=policy.learn_lengths, condition=policy.condition_lengths
+        )
         n = len(speeds)
         ttfts = ttfts or [None] * n
         sigmas = speed_sigmas or [None] * n
@@ -173,11 +175,18 @@ class Pool:
         if home is not None:
             self.backends[home].progress(req_id, tokens, now)
 
-    def finish(self, req_id: str, now: float, tokens: int | None = None) -> Outcome | None:
+    def finish(
+        self,
+        req_id: str,
+        now: float,
+        tokens: int | None = None,
+        prompt_tokens: int | None = None,
+    ) -> Outcome | None:
         home = self._where.get(req_id)
         if home is None:
             return None
-        outcome = self.backends[home].finish(req_id, now, tokens)  # if it raises, cancel may
+        # If it raises, cancel may.
+        outcome = self.backends[home].finish(req_id, now, tokens, prompt_tokens)
         del self._where[req_id]
         return outcome
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from saber.config import TaskType
-from saber.scheduler._lengths import TaskLengths
+from saber.scheduler._conditioned import NOTHING, Carried
+from saber.scheduler._task_lengths import Dist, TaskLengths
 
 
 class Outcome(StrEnum):
@@ -63,8 +64,8 @@ class Action(StrEnum):
 
 
 # What a request's chance of finishing in time depends on besides time and speed:
-# (task, tokens, cap, floor, exact).
-Kind = tuple[str, int, int | None, int, bool]
+# (task, tokens, cap, floor, exact, the distribution its length follows).
+Kind = tuple[str, int, int | None, int, bool, Dist]
 
 
 @dataclass(slots=True, eq=False)
@@ -103,12 +104,16 @@ class SchedRequest:
     # A stable key of the client's session (a digest, never a secret): a pool with
     # affinity keeps its requests on one backend while that costs little (``Pool``).
     affinity: str | None = None
+    # What it carries that its answer's length may follow (its prompt's size, a
+    # fingerprint), and the distribution its length follows given that (None: its task's).
+    carried: Carried = NOTHING
+    dist: Dist = None
 
     @property
     def kind(self) -> Kind:
         """What its chance of finishing in time depends on, besides time and speed:
         requests of one kind share their length distribution."""
-        return (self.task, self.tokens, self.cap, self.floor, self.exact)
+        return (self.task, self.tokens, self.cap, self.floor, self.exact, self.dist)
 
     def required_speed_at(self, now: float) -> float:
         """Tokens per second it needs from ``now`` on to finish by its deadline (0 for a
@@ -143,6 +148,9 @@ def request_for(
     lengths: TaskLengths | None = None,
     seqs: int = 1,
     affinity: str | None = None,
+    prompt_bytes: int | None = None,
+    prompt_tokens: int | None = None,
+    fingerprint: str | None = None,
 ) -> SchedRequest:
     """The one way a request becomes scheduler input, in the gateway and the simulator
     alike; they pass the scheduler's ``lengths``, which it learns.
@@ -153,8 +161,11 @@ def request_for(
     expected length of the task's answers (``lengths``, else the configured one),
     bounded by the client's ``max_tokens`` and raised to its ``min_tokens`` (vLLM
     generates at least that many). ``seqs`` is how many sequences it runs (n times
-    the prompts of a list); ``affinity`` is its session's key, if any. Values no
-    engine could serve raise ValueError before anything is built.
+    the prompts of a list); ``affinity`` is its session's key, if any. What the
+    request carries (its prompt's size in bytes, or in tokens where known, and a
+    ``fingerprint`` of what it shares with others) may condition its expected length
+    (``TaskLengths.pick``). Values no engine could serve raise ValueError before
+    anything is built.
     """
     if not math.isfinite(arrival):
         raise ValueError(f"arrival must be a finite time, got {arrival!r}")
@@ -164,8 +175,13 @@ def request_for(
     if seqs < 1:
         raise ValueError(f"seqs must be >= 1, got {seqs}")
     exact = tokens is not None
+    lengths = lengths or _CONFIGURED
+    carried = lengths.carry(
+        prompt_bytes=prompt_bytes, prompt_tokens=prompt_tokens, fingerprint=fingerprint
+    )
+    dist = None if exact else lengths.pick(task.name, carried)
     if tokens is None:
-        tokens = (lengths or _CONFIGURED).expected(task, max_tokens, min_tokens)
+        tokens = lengths.expected(task, max_tokens, min_tokens, dist)
     return SchedRequest(
         id=id,
         task=task.name,
@@ -178,6 +194,8 @@ def request_for(
         seqs=seqs,
         sla_kind=task.sla_kind,
         affinity=affinity,
+        carried=carried,
+        dist=dist,
     )
 
 

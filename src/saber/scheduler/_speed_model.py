@@ -15,9 +15,9 @@ from collections.abc import Callable
 from saber.config import TaskType
 from saber.scheduler._calibration import Calibration, Observation
 from saber.scheduler._chance import rounded_sigma
-from saber.scheduler._lengths import TaskLengths
 from saber.scheduler._policy import Policy
 from saber.scheduler._request import SchedRequest
+from saber.scheduler._task_lengths import TaskLengths
 
 SpeedFn = Callable[[float], float]
 TTFTFn = Callable[[float, float], float]
@@ -167,7 +167,7 @@ class SpeedModel:
 
     def _learn(self, req: SchedRequest, now: float, tokens: int) -> None:
         self._tick(now)
-        self.lengths.observe(req.task, tokens // req.seqs or 1)
+        self.lengths.observe(req.task, tokens // req.seqs or 1, req.cap, req.carried)
         clock, area = self._at_admit[req.id]
         took = now - (req.admitted_at if req.admitted_at is not None else now)
         raw = self._clock - clock  # tokens the raw f(L) predicted over its run
@@ -198,7 +198,7 @@ class SpeedModel:
         """Tokens a running request still has to generate: from its streamed count when
         the relay reports one, else from the token clock."""
         if req.generated is not None:
-            return self.lengths.remaining(req.task, req.generated, req.cap, req.tokens)
+            return self.lengths.remaining(req.task, req.generated, req.cap, req.tokens, req.dist)
         return req.tokens - self._made(req, now)
 
     def _made(self, req: SchedRequest, now: float) -> float:

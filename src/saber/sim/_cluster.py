@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 
 from saber.config import TaskType
 from saber.engine import Engine, EngineRequest, StepResult
-from saber.scheduler import Action, Tier, request_for
+from saber.scheduler import Action, Tier
 from saber.sim._cluster_types import AdmissionPool, BackendStats, ClusterResult, Placed
 from saber.sim._gateways import SCRAPE_S, Gateways
 from saber.sim._records import SimRecord
 from saber.sim._routers import BackendView, Router
-from saber.sim._virtual import engine_request
+from saber.sim._virtual import engine_request, scheduler_request
 from saber.workload import TraceRequest
 
 _MAX_STEPS = 1 << 30
@@ -177,14 +177,7 @@ class _Run:
             return
         assert self.gw is not None
         pool = self.gw.take(req.id)
-        sreq = request_for(
-            self.tasks[req.task],
-            lengths=pool.lengths,
-            id=req.id,
-            arrival=req.arrival,
-            max_tokens=req.max_tokens,
-            tokens=req.max_tokens if self.trust_max_tokens else None,
-        )
+        sreq = scheduler_request(req, self.tasks[req.task], pool.lengths, self.trust_max_tokens)
         self.apply(pool.offer(sreq, req.arrival), self.gw.owner[req.id])
 
     def apply(self, placed: Sequence[Placed], g: int) -> None:
@@ -255,7 +248,7 @@ class _Run:
         heard: set[int] = set()
         for ereq in res.finished:
             g = owner[ereq.id]
-            pools[g].finish(ereq.id, now, ereq.generated)
+            pools[g].finish(ereq.id, now, ereq.generated, ereq.prompt_tokens)
             gw.finished(g, i)
             heard.add(g)
         for g in sorted(heard):

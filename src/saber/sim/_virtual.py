@@ -9,7 +9,7 @@ that lands during a step joins the engine at the next step boundary, as in vLLM.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -39,8 +39,34 @@ class AdmissionScheduler(Protocol):
     def offer(self, req: SchedRequest, now: float) -> list[Decision]: ...
     def poll(self, now: float) -> list[Decision]: ...
     def progress(self, req_id: str, tokens: int, now: float) -> None: ...
-    def finish(self, req_id: str, now: float, tokens: int | None = None) -> object: ...
+    def finish(
+        self, req_id: str, now: float, tokens: int | None = None, prompt_tokens: int | None = None
+    ) -> object: ...
     def next_wakeup(self) -> float | None: ...
+
+
+Told = bool | Collection[str]
+"""Which requests' max_tokens is their true length, and the scheduler told so: all
+(True), none (False), or those of the task types named."""
+
+
+def scheduler_request(
+    req: TraceRequest, task: TaskType, lengths: TaskLengths, told: Told
+) -> SchedRequest:
+    """A trace's request as the scheduler sees it on arrival, as the gateway builds it:
+    its task, its max_tokens (its true length where ``told``), its prompt's size in
+    bytes and its fingerprint."""
+    exact = told is True or (not isinstance(told, bool) and req.task in told)
+    return request_for(
+        task,
+        lengths=lengths,
+        id=req.id,
+        arrival=req.arrival,
+        max_tokens=req.max_tokens,
+        tokens=req.max_tokens if exact else None,
+        prompt_bytes=req.size_in_bytes,
+        fingerprint=req.fingerprint,
+    )
 
 
 def engine_request(req: TraceRequest, tier: Tier) -> EngineRequest:
@@ -60,7 +86,7 @@ def simulate(
     *,
     tasks: Mapping[str, TaskType],
     scheduler: AdmissionScheduler | None = None,
-    trust_max_tokens: bool = False,
+    trust_max_tokens: Told = False,
     refit: LiveFit | None = None,
     drift: Sequence[tuple[float, EnginePreset]] = (),
 ) -> SimResult:
@@ -74,7 +100,8 @@ def simulate(
     step each running request's generated count goes to ``scheduler.progress``, as
     the gateway does with each streamed frame. ``trust_max_tokens`` tells the
     scheduler that a request's ``max_tokens`` is its true length (the paper's oracle
-    set-up); otherwise it estimates, as the gateway does. A request admitted from the
+    set-up; or, naming task types, for theirs); otherwise it estimates, as the gateway
+    does, from what the request carries (``scheduler_request``). A request admitted from the
     low (demoted) tier reaches the engine with priority 1, others with 0, as the
     gateway forwards them; only an engine under the priority policy looks.
 
@@ -109,7 +136,7 @@ class _Run:
     engine: Engine
     tasks: Mapping[str, TaskType]
     scheduler: AdmissionScheduler | None
-    trust_max_tokens: bool
+    trust_max_tokens: Told
     refit: LiveFit | None
     drift: list[tuple[float, EnginePreset]]
     next: int = 0  # index of the next arrival
@@ -155,13 +182,8 @@ class _Run:
         if self.scheduler is None:
             self.admit(req.id, req.arrival)
             return
-        sreq = request_for(
-            self.tasks[req.task],
-            lengths=self.scheduler.lengths,
-            id=req.id,
-            arrival=req.arrival,
-            max_tokens=req.max_tokens,
-            tokens=req.max_tokens if self.trust_max_tokens else None,
+        sreq = scheduler_request(
+            req, self.tasks[req.task], self.scheduler.lengths, self.trust_max_tokens
         )
         self.apply(self.scheduler.offer(sreq, req.arrival))
 
@@ -212,7 +234,7 @@ class _Run:
                         sched.progress(rid, ereq.generated, now)
                 if res.finished:
                     for ereq in res.finished:
-                        sched.finish(ereq.id, now, ereq.generated)
+                        sched.finish(ereq.id, now, ereq.generated, ereq.prompt_tokens)
                     if self.refit is not None:
                         self.refit_now(now)
                     self.apply(sched.poll(now))

@@ -1,6 +1,7 @@
 """Workloads: task mixes, token-length distributions, arrivals, prompts, traces."""
 
 from saber.workload._arrivals import gamma_arrivals, poisson_arrivals
+from saber.workload._joint import JOINT_TASKS, joint_outputs, translation_ratios
 from saber.workload._lengths import (
     INPUT_CV,
     OUTPUT_CV,
@@ -18,6 +19,8 @@ from saber.workload._text import (
     make_prompt,
 )
 from saber.workload._trace import (
+    SIM_BYTES_PER_TOKEN,
+    Lengths,
     Mode,
     TraceRequest,
     generate_phased_trace,
@@ -29,8 +32,11 @@ from saber.workload._trace import (
 __all__ = [
     "CHAT_TOKENS_PER_MESSAGE",
     "INPUT_CV",
+    "JOINT_TASKS",
     "OUTPUT_CV",
+    "SIM_BYTES_PER_TOKEN",
     "TASK_MARKERS",
+    "Lengths",
     "Mode",
     "TraceRequest",
     "count_chat_tokens",
@@ -40,11 +46,13 @@ __all__ = [
     "generate_phased_trace",
     "generate_trace",
     "guess_task",
+    "joint_outputs",
     "lognormal_params",
     "make_prompt",
     "poisson_arrivals",
     "read_trace",
     "sample_input_tokens",
     "sample_output_tokens",
+    "translation_ratios",
     "write_trace",
 ]

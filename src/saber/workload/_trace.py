@@ -12,9 +12,16 @@ import numpy as np
 
 from saber.config import TaskType, Workload
 from saber.workload._arrivals import gamma_arrivals, poisson_arrivals
+from saber.workload._joint import JOINT_TASKS, joint_outputs
 from saber.workload._lengths import sample_input_tokens, sample_output_tokens
 
 Mode = Literal["oracle", "realistic"]
+Lengths = Literal["independent", "joint"]
+"""How answers' lengths relate to their requests: ``independent`` (the paper's: drawn
+on their own) or ``joint`` (a translation's follows its input: ``_joint``)."""
+SIM_BYTES_PER_TOKEN = 3.6
+"""Bytes a prompt token stands for in a trace that gives only tokens: about what code
+models' tokenizers make of source code."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +39,22 @@ class TraceRequest:
     prompt_tokens: int
     output_tokens: int
     max_tokens: int
+    # What the gateway would see of the prompt besides: its size in bytes (None: its
+    # tokens times SIM_BYTES_PER_TOKEN) and a fingerprint of what it shares with other
+    # requests (its system prompt, its template); None: nothing shared.
+    prompt_bytes: int | None = None
+    fingerprint: str | None = None
+    # Its own SLO, in parts, where it states one (None: its task's).
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Its prompt's size in bytes, as a gateway reads it off the request."""
+        if self.prompt_bytes is not None:
+            return self.prompt_bytes
+        return round(self.prompt_tokens * SIM_BYTES_PER_TOKEN)
 
 
 def generate_trace(
@@ -44,9 +67,12 @@ def generate_trace(
     mode: Mode = "oracle",
     arrival: Literal["poisson", "gamma"] = "poisson",
     cv: float = 1.0,
+    lengths: Lengths = "independent",
 ) -> list[TraceRequest]:
     """A seeded trace. The same seed gives the same arrivals, tasks and true
-    lengths in both modes, so oracle and realistic runs are directly comparable."""
+    lengths in both modes, so oracle and realistic runs are directly comparable; and
+    with ``lengths="joint"`` the same trace but for the answers of JOINT_TASKS, drawn
+    from their inputs (a controlled comparison)."""
     rng = np.random.default_rng(seed)
     if arrival == "poisson":
         times = poisson_arrivals(rng, rps, n)
@@ -63,6 +89,14 @@ def generate_trace(
         if count:
             out_len[mask] = sample_output_tokens(rng, tasks[name], count)
             in_len[mask] = sample_input_tokens(rng, tasks[name], count)
+    if lengths == "joint":
+        joint_rng = np.random.default_rng([seed, 1])  # the draws above stay as they are
+        for idx, name in enumerate(names):
+            mask = picks == idx
+            if name in JOINT_TASKS and mask.any():
+                out_len[mask] = joint_outputs(joint_rng, tasks[name], in_len[mask])
+    elif lengths != "independent":
+        raise ValueError(f"unknown lengths {lengths!r}; known: independent, joint")
     trace = []
     for i in range(n):
         task = tasks[names[picks[i]]]
@@ -89,6 +123,7 @@ def generate_phased_trace(
     mode: Mode = "realistic",
     arrival: Literal["poisson", "gamma"] = "poisson",
     cv: float = 1.0,
+    lengths: Lengths = "independent",
 ) -> list[TraceRequest]:
     """A seeded trace whose rate changes: ``phases`` is (duration s, RPS) in order,
     e.g. low load, a burst above capacity, then moderate load. Each phase is
@@ -101,7 +136,15 @@ def generate_phased_trace(
         # Enough arrivals to cover the phase, then cut at its end.
         n = max(int(rps * duration * 1.5) + 50, 1)
         part = generate_trace(
-            workload, tasks, rps=rps, n=n, seed=seed * 1000 + k, mode=mode, arrival=arrival, cv=cv
+            workload,
+            tasks,
+            rps=rps,
+            n=n,
+            seed=seed * 1000 + k,
+            mode=mode,
+            arrival=arrival,
+            cv=cv,
+            lengths=lengths,
         )
         for req in part:
             if req.arrival >= duration:
@@ -123,7 +166,8 @@ def generate_phased_trace(
 def write_trace(path: str | Path, trace: Iterable[TraceRequest]) -> None:
     with Path(path).open("w", encoding="utf-8") as fh:
         for req in trace:
-            fh.write(json.dumps(asdict(req)) + "\n")
+            fields = {k: v for k, v in asdict(req).items() if v is not None}
+            fh.write(json.dumps(fields) + "\n")
 
 
 def read_trace(path: str | Path) -> list[TraceRequest]:

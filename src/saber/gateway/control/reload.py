@@ -48,6 +48,7 @@ RESTART = (
     "lpq",
     "calibrate",
     "learn_lengths",
+    "condition_lengths",
     "refit",
     "state_file",
     "seed",
