@@ -16,6 +16,7 @@ import httpx
 from saber import wire
 from saber.backend import describe_exc
 from saber.config import BackendSettings
+from saber.gateway.upstream.connect import ConnectGate, GatedBackend, GatedConnector
 from saber.scheduler import Outcome
 
 Header = tuple[bytes, bytes]
@@ -122,8 +123,9 @@ def classify(exc: httpx.HTTPError, *, streaming: bool) -> BackendFailure:
 
 def _dropped_connection(exc: httpx.HTTPError) -> bool:
     """The connection broke before an answer, after it had been made: a reused one the
-    server had closed (aiohttp's disconnect or failed write; httpx's own errors)."""
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.WriteError):
+    server had closed, or a new one that a full listen queue let the client believe
+    open and then reset (aiohttp's disconnect or failed write; httpx's own errors)."""
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.WriteError | httpx.ReadError):
         return True
     cause = exc.__cause__
     if isinstance(cause, aiohttp.ServerDisconnectedError):
@@ -140,8 +142,9 @@ RESENDS = 3
 def make_client(
     settings: BackendSettings, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
-    """The shared client: keep-alive, a pool as large as the configured limit,
-    a short connect timeout and a long read timeout (the longest silence)."""
+    """The shared client: keep-alive, a pool as large as the configured limit, new
+    connections opened a few at a time within the connect timeout (``ConnectGate``),
+    and a long read timeout (the longest silence)."""
     limits = httpx.Limits(
         max_connections=settings.max_connections,
         max_keepalive_connections=settings.max_connections,
@@ -150,22 +153,30 @@ def make_client(
         keepalive_expiry=KEEPALIVE_EXPIRY_S,
     )
     timeout = httpx.Timeout(
-        connect=settings.connect_timeout_s,
+        connect=None,  # the gate's (connect_timeout_s), which a late loop cannot trip
         read=settings.read_timeout_s,
         write=settings.read_timeout_s,
         pool=settings.read_timeout_s,
     )
     if transport is not None:  # tests
         return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)
+    gate = ConnectGate(settings.connect_timeout_s)
     if settings.transport == "aiohttp":
         from httpx_aiohttp import AiohttpTransport
 
+        def session() -> aiohttp.ClientSession:
+            connector = GatedConnector(
+                gate, limit=settings.max_connections, keepalive_timeout=KEEPALIVE_EXPIRY_S
+            )
+            return aiohttp.ClientSession(connector=connector)
+
         return httpx.AsyncClient(
-            transport=AiohttpTransport(limits=limits, trust_env=False),
-            timeout=timeout,
-            trust_env=False,
+            transport=AiohttpTransport(client=session), timeout=timeout, trust_env=False
         )
-    return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+    pooled = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+    pool = pooled._pool
+    pool._network_backend = GatedBackend(gate, pool._network_backend)
+    return httpx.AsyncClient(transport=pooled, timeout=timeout, trust_env=False)
 
 
 class Upstream:
