@@ -49,6 +49,9 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        # Starlette's redirect for a trailing slash builds its Location from the
+        # client's Host header (a 307 to any host the client names): a 404 instead.
+        redirect_slashes=False,
     )
     api.state.gateway = gateway
     api.include_router(router)

@@ -3,11 +3,12 @@
 As nginx's ``proxy_add_x_forwarded_for`` does, the client's address is appended to
 ``X-Forwarded-For`` (what the client sent stays in front of it, for the backend
 to trust or not); ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` are set to what
-the gateway itself saw; a ``Forwarded`` element (RFC 7239) and a ``Via`` entry
-(RFC 9110, 7.6.3) are appended. The gateway does not read these headers itself:
-the address in its logs and these headers is the peer of its own socket
-(uvicorn's proxy-header rewriting is off). ``Cookie`` never goes upstream
-(``upstream``).
+the gateway itself saw, and ``X-Real-IP`` (nginx's ``$remote_addr``, which backends
+read as the client's one address) to the peer, whatever the client sent; a
+``Forwarded`` element (RFC 7239) and a ``Via`` entry (RFC 9110, 7.6.3) are
+appended. The gateway does not read these headers itself: the address in its logs
+and these headers is the peer of its own socket (uvicorn's proxy-header rewriting
+is off). ``Cookie`` never goes upstream (``upstream``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from saber.gateway.upstream.client import Header
 
 VIA_NAME = b"saber-gateway"
 _REPLACED = frozenset(
-    {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host", b"forwarded", b"via"}
+    {
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"x-real-ip",
+        b"forwarded",
+        b"via",
+    }
 )
 
 
@@ -39,6 +47,7 @@ def headers(scope: Scope) -> list[Header]:
     version = scope.get("http_version", "1.1").encode()
 
     kept.append((b"x-forwarded-for", _append(seen.get(b"x-forwarded-for"), address)))
+    kept.append((b"x-real-ip", address))
     kept.append((b"x-forwarded-proto", scheme))
     if host is not None:
         kept.append((b"x-forwarded-host", host))
