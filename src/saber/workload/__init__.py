@@ -28,16 +28,28 @@ from saber.workload._trace import (
     read_trace,
     write_trace,
 )
+from saber.workload._trace_formats import (
+    AZURE_CODE_TRACE,
+    NO_CAP,
+    UNNAMED_TASK,
+    TraceFormatError,
+    load_trace,
+    trace_format,
+)
 
 __all__ = [
+    "AZURE_CODE_TRACE",
     "CHAT_TOKENS_PER_MESSAGE",
     "INPUT_CV",
     "JOINT_TASKS",
+    "NO_CAP",
     "OUTPUT_CV",
     "SIM_BYTES_PER_TOKEN",
     "TASK_MARKERS",
+    "UNNAMED_TASK",
     "Lengths",
     "Mode",
+    "TraceFormatError",
     "TraceRequest",
     "count_chat_tokens",
     "count_tokens",
@@ -47,12 +59,14 @@ __all__ = [
     "generate_trace",
     "guess_task",
     "joint_outputs",
+    "load_trace",
     "lognormal_params",
     "make_prompt",
     "poisson_arrivals",
     "read_trace",
     "sample_input_tokens",
     "sample_output_tokens",
+    "trace_format",
     "translation_ratios",
     "write_trace",
 ]
