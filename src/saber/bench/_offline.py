@@ -21,7 +21,7 @@ from saber.config import TaskType, Workload
 from saber.engine import Engine, EnginePreset, EngineRequest
 from saber.sim import simulate
 from saber.speed import SpeedModel, TTFTFit, fit_model, fit_ttft
-from saber.workload import generate_trace
+from saber.workload import TraceRequest, generate_trace
 
 DEFAULT_LEVELS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
@@ -139,13 +139,25 @@ def saturation_rate(
     workload all arrive at t=0 at an engine with ``max_num_seqs``, and this is its
     completions per second while its queue is still full (from the 10th percentile
     completion to the one after which no request is left waiting). SLAs play no part."""
-    if requests < 2 * max_num_seqs:
-        raise ValueError("the burst must be at least twice max_num_seqs")
     trace = generate_trace(workload, tasks, rps=1.0, n=requests, seed=seed)
-    burst = [dataclasses.replace(r, arrival=0.0) for r in trace]
+    return burst_rate(preset, trace, tasks, max_num_seqs=max_num_seqs)
+
+
+def burst_rate(
+    preset: EnginePreset,
+    requests: Sequence[TraceRequest],
+    tasks: Mapping[str, TaskType],
+    *,
+    max_num_seqs: int = 256,
+) -> float:
+    """``saturation_rate`` of any requests (a recorded trace's): all of them at t=0."""
+    n = len(requests)
+    if n < 2 * max_num_seqs:
+        raise ValueError("the burst must be at least twice max_num_seqs")
+    burst = [dataclasses.replace(r, arrival=0.0) for r in requests]
     result = simulate(burst, Engine(preset, max_num_seqs=max_num_seqs), tasks=tasks)
     done = sorted(r.finished_at for r in result.records if r.finished_at is not None)
-    first, last = requests // 10, requests - max_num_seqs
+    first, last = n // 10, n - max_num_seqs
     return (last - first) / (done[last] - done[first])
 
 

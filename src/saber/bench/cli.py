@@ -4,6 +4,7 @@ saber-bench sim [--quick] [--format table|markdown|json] [--out DIR]
 saber-bench scenarios [--scenarios step-W3,...] [--seeds 3] [--format json]
 saber-bench matrix [--quick] [--presets paper,...] [--engines-file F] [--out DIR]
 saber-bench cluster [--pool 2xa10-qwen2.5-coder-3b,1xa100-40gb-qwen2.5-coder-3b] [--out DIR]
+saber-bench replay TRACE [--quick] [--presets paper,...] [--rates 0.5,1,2] [--out DIR]
 saber-bench profile --preset paper --out profiles/saber-sim-paper.json
 saber-bench real --engine URL --gateway URL --model NAME [--rps R] [--requests N]
 """
@@ -43,6 +44,8 @@ from saber.bench.cluster.cmd import add_parser as add_cluster_parser
 from saber.bench.cluster.cmd import cmd_cluster
 from saber.bench.matrix.cmd import add_parser as add_matrix_parser
 from saber.bench.matrix.cmd import cmd_matrix
+from saber.bench.replay.cmd import add_parser as add_replay_parser
+from saber.bench.replay.cmd import cmd_replay
 from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.engine import PRESETS, get_preset
 from saber.scheduler import TTFTFn
@@ -129,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     scen.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_matrix_parser(sub)
     add_cluster_parser(sub)
+    add_replay_parser(sub)
     add_real_parser(sub)
     return parser
 
@@ -281,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         "profile": cmd_profile,
         "matrix": cmd_matrix,
         "cluster": cmd_cluster,
+        "replay": cmd_replay,
         "real": cmd_real,
     }[args.command]
     return handler(args)
