@@ -4,10 +4,11 @@ proxy where it is installed, from 1 to 1,024 concurrent streams.
 saber-sim (a fast backend: ``--time-scale``), saber-gateway (the shipped settings,
 with a profile that admits everything and no ``max_concurrency`` or ``queue_cap``, so
 that only the relay is measured) and LiteLLM's proxy run as processes of their own;
-the load comes from this process. At each level, ``level`` clients start at once and
-send ``--requests`` chat completions in all (each client its next request when its
-last one ends), every one a stream of exactly ``--tokens`` tokens, to each path in
-turn (direct, gateway, litellm), ``--runs`` times. Per path it prints:
+the load comes from this process. At each level, ``level`` clients start at once (or
+spread over ``--ramp`` seconds) and send ``--requests`` chat completions in all (each
+client its next request when its last one ends), every one a stream of exactly
+``--tokens`` tokens, to each path in turn (direct, gateway, litellm), ``--runs``
+times. Per path it prints:
 
 - chunks/s: SSE data events received per second by all clients, and its ratio to
   direct in the same run;
@@ -15,12 +16,14 @@ turn (direct, gateway, litellm), ``--runs`` times. Per path it prints:
   saber-sim's own);
 - TTFT p50/p99: from sending the request to the first read that carries an event;
 - gap p50/p99: between two reads of one stream that carry events (the inter-token
-  gap a client measures), and the p99's excess over direct;
+  gap a client measures), and the p99's excess over direct; ev/read: the events
+  such a read carries, on average (what was merged on the way);
 - errors: any status but 200, an error event, a stream without ``[DONE]`` or short
   of ``--tokens`` events, a client error. 0 is the only good number.
 
     .venv/bin/python bench/relay.py                                  # 1, 16, 64, 256, 1024
     .venv/bin/python bench/relay.py --levels 1024 --requests 2048 --runs 3
+    .venv/bin/python bench/relay.py --levels 64 --time-scale 1 --requests 256 --ramp 5
     .venv/bin/python bench/relay.py --levels 64 --transport httpx    # the other upstream client
     .venv/bin/python bench/relay.py --litellm /tmp/litellm-venv/bin/litellm
 
@@ -67,6 +70,7 @@ class Tally:
 
     requests: int = 0
     chunks: int = 0
+    reads: int = 0  # reads that carried events
     seconds: float = 0.0
     ttft: array[float] = field(default_factory=lambda: array("d"))
     gaps: array[float] = field(default_factory=lambda: array("d"))
@@ -95,6 +99,7 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes, want: int, 
                         t.ttft.append(now - sent)
                     last = now
                     chunks += n
+                    t.reads += 1
                 error = error or b'"error"' in seen
                 tail = seen[-16:]
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -111,24 +116,32 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes, want: int, 
 
 
 async def run_path(
-    url: str, body: bytes, want: int, level: int, requests: int, pids: dict[str, int]
+    url: str,
+    body: bytes,
+    want: int,
+    level: int,
+    requests: int,
+    pids: dict[str, int],
+    ramp_s: float = 0.0,
 ) -> Tally:
-    """``level`` clients, started at once, share ``requests`` requests."""
+    """``level`` clients share ``requests`` requests; client i starts ``ramp_s * i /
+    level`` seconds in (0: all at once, a burst)."""
     t = Tally()
     left = requests
     timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 
-        async def client() -> None:
+        async def client(i: int) -> None:
             nonlocal left
+            await asyncio.sleep(ramp_s * i / level)
             while left > 0:
                 left -= 1
                 await one(session, url, body, want, t)
 
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         started = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(level)))
+        await asyncio.gather(*(client(i) for i in range(level)))
         t.seconds = time.perf_counter() - started
         t.cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     return t
@@ -202,7 +215,8 @@ def row(level: int, run: int, name: str, t: Tally, direct: Tally, proc: str) -> 
         f"{level:>7} | {run:>3} | {name:>7} | {t.requests:>8} | {rate:>8.0f} | "
         f"{rate / base if base else float('nan'):>5.2f} | {cpu_us:>10.1f} | "
         f"{pct(t.ttft, 50):>7.1f} / {pct(t.ttft, 99):>7.1f} | "
-        f"{pct(t.gaps, 50):>6.2f} / {pct(t.gaps, 99):>6.2f} | {added:>+7.2f} | {errors:>6}"
+        f"{pct(t.gaps, 50):>6.2f} / {pct(t.gaps, 99):>6.2f} | {added:>+7.2f} | "
+        f"{t.chunks / t.reads if t.reads else float('nan'):>7.1f} | {errors:>6}"
         + (f" ({said})" if said else "")
     )
 
@@ -210,7 +224,7 @@ def row(level: int, run: int, name: str, t: Tally, direct: Tally, proc: str) -> 
 HEADER = (
     f"{'streams':>7} | {'run':>3} | {'path':>7} | {'requests':>8} | {'chunks/s':>8} | "
     f"{'ratio':>5} | {'CPU us/chk':>10} | {'TTFT p50 / p99 ms':>17} | "
-    f"{'gap p50 / p99 ms':>15} | {'+gap99':>7} | {'errors':>6}"
+    f"{'gap p50 / p99 ms':>15} | {'+gap99':>7} | {'ev/read':>7} | {'errors':>6}"
 )
 
 
@@ -226,6 +240,9 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=0, help="per path and run (0: 2 x level, >= 16)")
     p.add_argument("--runs", type=int, default=1, help="runs per level")
     p.add_argument("--tokens", type=int, default=200, help="tokens of every stream")
+    p.add_argument(
+        "--ramp", type=float, default=0.0, help="seconds over which the clients start (0: at once)"
+    )
     p.add_argument("--time-scale", type=float, default=20.0, help="saber-sim --time-scale")
     p.add_argument("--transport", choices=["httpx", "aiohttp"], default=None)
     p.add_argument("--litellm", default=None, help="LiteLLM's litellm command (or $LITELLM)")
@@ -259,7 +276,9 @@ def main() -> None:
         paths = {"direct": (sim.base_url, "sim"), "gateway": (gateway.base_url, "gateway")}
         pids = {"sim": sim.pid, "gateway": gateway.pid, "client": os.getpid()}
         litellm = None if args.no_litellm else find_litellm(args.litellm)
-        if litellm is None:
+        if args.no_litellm:
+            print("LiteLLM's proxy: skipped (--no-litellm)\n")
+        elif litellm is None:
             print(
                 "LiteLLM's proxy: not found (--litellm, $LITELLM or "
                 f"{LITELLM_DEFAULT}); its path is skipped. Install it with: python -m venv "
@@ -273,7 +292,10 @@ def main() -> None:
         print(
             f"saber-sim time scale {args.time_scale:g}, {args.tokens} tokens per stream, "
             f"gateway upstream client {transport}; {os.cpu_count()} CPUs shared by every "
-            "process and the load generator\n"
+            "process and the load generator; pids: "
+            + ", ".join(f"{k} {v}" for k, v in pids.items())
+            + "\n",
+            flush=True,
         )
         print(HEADER)
         print("-" * len(HEADER))
@@ -293,7 +315,7 @@ def main() -> None:
                     seen[name] = _loop_run(
                         run_path(
                             url + "/v1/chat/completions", body, args.tokens, level, requests,
-                            {k: v for k, v in pids.items() if v is not None},
+                            {k: v for k, v in pids.items() if v is not None}, args.ramp,
                         )
                     )  # fmt: skip
                 for name, t in seen.items():
@@ -303,7 +325,8 @@ def main() -> None:
         print(
             "\nratio = chunks/s over direct's in the same run; CPU us/chk = the proxy's CPU "
             "time per chunk it relayed (direct: saber-sim's); gap = between two reads of a "
-            "stream that carry events; +gap99 = p99 gap minus direct's."
+            "stream that carry events; +gap99 = p99 gap minus direct's; ev/read = events per "
+            "such read."
         )
 
 

@@ -19,7 +19,16 @@ def carries_text(choice: Any) -> bool:
     if choice.get("text"):
         return True
     delta = choice.get("delta")
-    return isinstance(delta, dict) and any(delta.get(name) for name in _DELTA_OUTPUT)
+    if not isinstance(delta, dict):
+        return False
+    # _DELTA_OUTPUT spelled out: this runs for every relayed chunk.
+    return bool(
+        delta.get("content")
+        or delta.get("reasoning_content")
+        or delta.get("reasoning")
+        or delta.get("tool_calls")
+        or delta.get("function_call")
+    )
 
 
 def text_choices(chunk: Any) -> int:

@@ -58,7 +58,7 @@ class StreamMeter:
             self.done = True
             return event
         try:
-            obj = json.loads(data)
+            obj = json.loads(data.decode())  # a str: json skips its encoding detection
         except ValueError:
             return event
         if not isinstance(obj, dict):
