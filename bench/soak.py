@@ -17,7 +17,8 @@ At the end it waits for every client and for the gateway to be idle, then prints
 requests sent; requests counted by the gateway (``saber_requests_total``), by
 outcome; lost (sent minus counted: must be 0); in flight at the end (running,
 queued or still known to admission: must be 0); the gateway's RSS and open file
-descriptors at the start (after the warm-up, idle) and at the end (idle).
+descriptors at the start (after the warm-up, idle) and at the end (idle), and the
+RSS the soak added per 10,000 of its requests (what a gateway keeps per request).
 
     .venv/bin/python bench/soak.py                    # 10 minutes
     .venv/bin/python bench/soak.py --duration 60      # what tests/bench/test_soak.py runs
@@ -383,6 +384,7 @@ async def soak(
         await asyncio.to_thread(wait_idle, gateway.base_url)
         await asyncio.sleep(5.0)  # idle upstream connections expire after 4 s
         start = {"rss_mb": rss_mb(pid), "fds": open_fds(pid)}
+        sent_before = tally.sent
         began = time.monotonic()
         events = asyncio.create_task(chaos(sim, gateway, config, plan, began))
         await open_loop(session, url, sim.model, rate, plan.duration_s, plan, rng, tally)
@@ -392,6 +394,7 @@ async def soak(
     await asyncio.to_thread(wait_idle, gateway.base_url)
     await asyncio.sleep(5.0)
     end = {"rss_mb": rss_mb(pid), "fds": open_fds(pid)}
+    soaked = tally.sent - sent_before
     by = counted(gateway.base_url)
     total = sum(by.values())
     log = gateway.log_path.read_text()
@@ -408,6 +411,9 @@ async def soak(
         "client": dict(tally.client.most_common()),
         "in_flight_end": in_flight(gateway.base_url),
         "rss_mb": {"start": round(start["rss_mb"], 1), "end": round(end["rss_mb"], 1)},
+        # What the soak added, per 10,000 of its requests: flat if nothing is kept per request.
+        "rss_mb_per_10k": round((end["rss_mb"] - start["rss_mb"]) / max(soaked, 1) * 1e4, 2),
+        "soak_requests": soaked,
         "fds": {"start": start["fds"], "end": end["fds"]},
         "events": happened,
         "reloaded": log.count("settings reloaded"),
@@ -435,7 +441,8 @@ def report(r: dict[str, Any]) -> str:
         "counted by outcome: " + ", ".join(f"{k} {v:,}" for k, v in r["by_outcome"].items()),
         "as the clients saw it: " + ", ".join(f"{k} {v:,}" for k, v in r["client"].items()),
         "events: " + "; ".join(r["events"]) + f"; reloads applied: {r['reloaded']}",
-        f"gateway RSS start {rss['start']:.1f} MB, end {rss['end']:.1f} MB ({growth:+.1f}%); "
+        f"gateway RSS start {rss['start']:.1f} MB, end {rss['end']:.1f} MB ({growth:+.1f}%, "
+        f"{r['rss_mb_per_10k']:+.2f} MB per 10k of the soak's {r['soak_requests']:,} requests); "
         f"open fds start {fds['start']}, end {fds['end']}; error log lines "
         f"{r['gateway_errors']}",
     ]

@@ -141,6 +141,8 @@ class Bookkeeping(SpeedModel):
             self._load -= req.seqs
             if req.tier is Tier.HIGH:
                 self._high_running -= 1
+            if len(self._protect) > 2 * len(self._running) + 64:
+                self._protected_speed()  # prunes it: only "frozen" protection reads it
         return req
 
     def _leave_queued(self, req: SchedRequest, now: float, outcome: Outcome) -> Decision:
