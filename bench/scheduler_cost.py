@@ -1,9 +1,11 @@
 """What an admission round costs: the scheduler's time per poll, live progress on.
 
-    .venv/bin/python bench/scheduler_cost.py [--rounds 3000]
+    .venv/bin/python bench/scheduler_cost.py [--rounds 3000] [--running 16,256,1024,4096]
+        [--waiting 10,1000,10000]
 
-256 requests run (no cap stops admission, so every round tries to admit), and 10,
-1,000 or 10,000 wait in the HPQs of four task types, each needing more than f(257)
+16, 256, 1,024 or 4,096 requests run (no cap stops admission, so every round tries to
+admit), and 10, 1,000 or 10,000 wait in the HPQs of four task types, each needing more
+than f(L + 1)
 so that nothing passes and every round scans its whole window: the worst case of a
 full engine with a long queue. Each round also reports the generated-token count
 of 8 running requests (``progress``, as the relay does per frame), and every 50
@@ -29,38 +31,57 @@ from saber.config import load_gateway_config
 from saber.scheduler import Policy, SchedRequest, Scheduler
 from saber.speed import MODELS
 
-RUNNING = 256
+RUNNING = (16, 256, 1_024, 4_096)
 SIZES = (10, 1_000, 10_000)
 USL = MODELS["usl"].from_params(lam=130.0, sigma=0.0477, kappa=0.000154)
 
 
-def build(policy: Policy, waiting: int) -> Scheduler:
+SPACING_S = 0.05
+"""The running requests arrived this far apart, one after the other (a burst all at once
+would have the default hold the last of them for the arrivals still to come)."""
+
+
+def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float]:
+    """``running`` requests admitted one after the other, then ``waiting`` that can never
+    be admitted; returns the scheduler and the time the last of them arrived."""
     tasks = load_gateway_config(env={}).tasks
     sched = Scheduler(USL, policy, tasks=tasks, seed=0)
     names = sorted(t for t in tasks if t != "code_completion")  # useful for a minute or more
-    for i in range(RUNNING):  # admitted at once: each needs 1 tok/s
-        sched.offer(SchedRequest(f"run{i}", names[i % len(names)], 0.0, 1000.0, 10, cap=1000), 0.0)
-    assert sched.load == RUNNING
-    f_next = sched.predicted_speed(RUNNING + 1)
-    for i in range(waiting):  # each needs 2 x f(257): stays in the HPQ, never admitted
-        task = names[i % len(names)]
+    for i in range(running):  # each needs 10 tokens in 10,000 s: admitted on arrival
+        at = i * SPACING_S
+        sched.offer(SchedRequest(f"run{i}", names[i % len(names)], at, at + 1e4, 10, cap=1000), at)
+    assert sched.load == running
+    start = running * SPACING_S
+    f_next = sched.predicted_speed(running + 1)
+    # Each waiting request needs more than f(L + 1) (twice it, or nearly f(1) where that
+    # is less, so that none is demoted in the run): it stays in the HPQ, never admitted.
+    pace = min(2.0 * f_next, 0.95 * sched.max_speed)
+    # Of the tasks wanted for two minutes or more, so that none expires in the run.
+    patient = [n for n in names if (tasks[n].useful_s or 1e9) >= 120]
+    need = int(100 * pace)
+    for i in range(waiting):
         # Exact: its length is known (a client's ignore_eos), so the default policy's
         # chance of finishing in time is no guess.
-        need = int(200 * f_next)
-        sched.offer(SchedRequest(f"w{i:06d}", task, 0.0, 100.0, need, cap=4096, exact=True), 0.0)
-    assert sched.queued() == waiting and sched.load == RUNNING
-    return sched
+        req = SchedRequest(
+            f"w{i:06d}", patient[i % len(patient)], start, start + 100.0, need,
+            cap=max(need, 4096), exact=True,
+        )  # fmt: skip
+        sched.offer(req, start)
+    assert sched.queued() == waiting and sched.load == running
+    return sched, start
 
 
-def measure(policy: Policy, waiting: int, rounds: int) -> tuple[list[float], list[float]]:
+def measure(
+    policy: Policy, running_count: int, waiting: int, rounds: int
+) -> tuple[list[float], list[float]]:
     """Microseconds per ``poll``, and per finish-and-arrival."""
-    sched = build(policy, waiting)
+    sched, now = build(policy, running_count, waiting)
     times: list[float] = []
     events: list[float] = []
-    now, tick = 0.0, 0.01
-    running = [f"run{i}" for i in range(RUNNING)]
-    started = dict.fromkeys(running, 0.0)
-    speed = USL(RUNNING)  # each running request makes tokens as fast as f(L) predicts
+    tick = 0.01
+    running = [f"run{i}" for i in range(running_count)]
+    started = {rid: i * SPACING_S for i, rid in enumerate(running)}
+    speed = USL(running_count)  # each running request makes tokens as fast as f(L) predicts
     arrivals = waiting
     gc.collect()
     gc.disable()
@@ -70,12 +91,14 @@ def measure(policy: Policy, waiting: int, rounds: int) -> tuple[list[float], lis
             for j in range(8):  # a few frames arrived since the last round
                 rid = running[(k * 8 + j) % len(running)]
                 sched.progress(rid, int(speed * (now - started[rid])), now)
-            if k % 50 == 49:
+            # A finish and an arrival every 50 rounds, while half the running remain (the
+            # paper's window may leave the arrival behind the front of the queue).
+            if k % 50 == 49 and len(running) > running_count // 2:
                 done = running.pop(0)
                 new = f"run-new{k}"
                 start = time.perf_counter_ns()
                 sched.finish(done, now, max(int(speed * (now - started.pop(done))), 1))
-                sched.offer(SchedRequest(new, "code_qna", now, now + 1000.0, 10, cap=256), now)
+                sched.offer(SchedRequest(new, "code_qna", now, now + 1e4, 10, cap=256), now)
                 events.append((time.perf_counter_ns() - start) / 1000)
                 if sched.is_running(new):
                     running.append(new)
@@ -92,16 +115,19 @@ def measure(policy: Policy, waiting: int, rounds: int) -> tuple[list[float], lis
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3000)
+    parser.add_argument("--running", default=",".join(map(str, RUNNING)))
+    parser.add_argument("--waiting", default=",".join(map(str, SIZES)))
     args = parser.parse_args()
     policies = {name: Policy.named(name) for name in ("closed-loop", "mean", "paper")}
-    print(f"{RUNNING} running; one poll per round, {args.rounds} rounds; microseconds")
+    print(f"one poll per round, {args.rounds} rounds; microseconds")
     print(
-        "| waiting | policy | p50 | p99 | max | p99 / paper's "
+        "| running | waiting | policy | p50 | p99 | max | p99 / paper's "
         "| finish + arrival p50 | p99 | p99 / paper's |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for waiting in SIZES:
-        runs = {name: measure(p, waiting, args.rounds) for name, p in policies.items()}
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    cells = [(int(r), int(w)) for r in args.running.split(",") for w in args.waiting.split(",")]
+    for running, waiting in cells:
+        runs = {name: measure(p, running, waiting, args.rounds) for name, p in policies.items()}
         times = {name: sorted(polls) for name, (polls, _) in runs.items()}
         events = {name: sorted(changes) for name, (_, changes) in runs.items()}
         base, event_base = pct(times["paper"], 0.99), pct(events["paper"], 0.99)
@@ -109,9 +135,10 @@ def main() -> None:
             label = "default (closed-loop)" if name == "closed-loop" else name
             ev = events[name]
             print(
-                f"| {waiting:,} | {label} | {statistics.median(xs):.1f} | {pct(xs, 0.99):.1f} "
-                f"| {xs[-1]:.0f} | {pct(xs, 0.99) / base:.2f} | {statistics.median(ev):.0f} "
-                f"| {pct(ev, 0.99):.0f} | {pct(ev, 0.99) / event_base:.2f} |"
+                f"| {running:,} | {waiting:,} | {label} | {statistics.median(xs):.1f} "
+                f"| {pct(xs, 0.99):.1f} | {xs[-1]:.0f} | {pct(xs, 0.99) / base:.2f} "
+                f"| {statistics.median(ev):.0f} | {pct(ev, 0.99):.0f} "
+                f"| {pct(ev, 0.99) / event_base:.2f} |"
             )
 
 

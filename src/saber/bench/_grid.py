@@ -47,6 +47,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "unlearned": {"learn_lengths": False},
     "conditioned": {"condition_lengths": True},
     "unconditioned": {"condition_lengths": False},
+    "prefill": {"prefill": True},
+    "no_prefill": {"prefill": False},
     "chance": {"decide": "chance"},
     "by_mean": {"decide": "mean"},
     "no_gain": {"gain": False},

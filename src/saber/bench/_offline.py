@@ -34,10 +34,11 @@ def closed_loop_points(
     level: int,
     per_level: int,
     seed: int = 0,
-    ttfts: list[tuple[float, float, float]] | None = None,
+    ttfts: list[tuple[float, float, float, float]] | None = None,
 ) -> list[tuple[float, float]]:
     """``per_level`` (load, speed) points measured at a constant load ``level``;
-    with ``ttfts``, (prompt tokens, level, TTFT) of the same requests go there too."""
+    with ``ttfts``, (prompt tokens, level, TTFT, output tokens) of the same requests go
+    there too."""
     supply = generate_trace(workload, tasks, rps=1.0, n=per_level + 2 * level, seed=seed)
     engine = Engine(preset, max_num_seqs=max(256, level))
     started: dict[str, float] = {}
@@ -68,7 +69,9 @@ def closed_loop_points(
                 points.append((float(level), done.output_tokens / (now - started[done.id])))
                 if ttfts is not None and len(points) <= per_level:
                     at = started[done.id]
-                    ttfts.append((prompts[done.id], float(level), first[done.id] - at))
+                    ttfts.append(
+                        (prompts[done.id], float(level), first[done.id] - at, done.output_tokens)
+                    )
             if nxt < len(supply):
                 start(now)
     return points[:per_level]
@@ -113,7 +116,7 @@ def engine_profiles(
     """``engine_profile``'s points, each speed model of ``kinds`` fitted to them."""
     per_level = max(8, points // len(DEFAULT_LEVELS))
     rows: list[tuple[float, float]] = []
-    ttfts: list[tuple[float, float, float]] = []
+    ttfts: list[tuple[float, float, float, float]] = []
     for i, level in enumerate(DEFAULT_LEVELS):
         rows += closed_loop_points(
             preset, workload, tasks, level=level, per_level=per_level, seed=i, ttfts=ttfts
@@ -122,7 +125,7 @@ def engine_profiles(
     ttft = np.asarray(ttfts, dtype=float)
     return (
         fit_variants(speed[:, 0], speed[:, 1], kinds),
-        fit_ttft(ttft[:, 0], ttft[:, 1], ttft[:, 2]),
+        fit_ttft(ttft[:, 0], ttft[:, 1], ttft[:, 2], ttft[:, 3]),
     )
 
 

@@ -126,10 +126,12 @@ def serve_saber(
     ttft: TTFTFn | None = None,
     seed: int = 0,
     oracle: bool = False,
+    prefill: tuple[float, float] | None = None,
 ) -> SimResult:
     """SABER with ``policy`` on ``speed`` in front of an engine with ``max_num_seqs``;
-    ``oracle``: each request's max_tokens is its true length, and the scheduler is told."""
-    scheduler = Scheduler(speed, policy, tasks=tasks, ttft=ttft, seed=seed)
+    ``oracle``: each request's max_tokens is its true length, and the scheduler is told;
+    ``prefill``: the profile's (``TTFTFit.prefill``)."""
+    scheduler = Scheduler(speed, policy, tasks=tasks, ttft=ttft, seed=seed, prefill=prefill)
     engine = Engine(preset, max_num_seqs=max_num_seqs)
     return simulate(trace, engine, tasks=tasks, scheduler=scheduler, trust_max_tokens=oracle)
 

@@ -315,6 +315,7 @@ class GatewayConfig(BaseModel):
     calibrate: bool | None = None
     learn_lengths: bool | None = None
     condition_lengths: bool | None = None
+    prefill: bool | None = None
     decide: Literal["mean", "chance"] | None = None
     demote_below: float | None = Field(default=None, ge=0.0, lt=1.0)
     refuse_below: float | None = Field(default=None, ge=0.0, lt=1.0)

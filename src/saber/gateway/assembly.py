@@ -76,6 +76,7 @@ class Gateway:
                 self.policy,
                 tasks=self.tasks,
                 ttft=bp.ttft(),
+                prefill=bp.prefill(),
                 seed=self.seed + i,
                 speed_sigma=bp.speed_sigma(),
                 lengths=lengths,
@@ -249,7 +250,7 @@ class Gateway:
             if bp.profile != r.profile.profile:
                 speed = bp.speed_model()
                 r.scheduler.set_speed_model(speed)
-                r.scheduler.set_ttft(bp.ttft())
+                r.scheduler.set_ttft(bp.ttft(), bp.prefill())
                 if r.learning is not None:
                     r.learning.new_profile(speed)
             r.profile = bp

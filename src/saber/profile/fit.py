@@ -37,5 +37,8 @@ def fit_ttft(points: Sequence[Point]) -> TTFTFit | None:
     if len({p.level for p, _ in usable}) < 2:
         return None
     return speed_fit_ttft(
-        [p.prompt_tokens for p, _ in usable], [p.load for p, _ in usable], [t for _, t in usable]
+        [p.prompt_tokens for p, _ in usable],
+        [p.load for p, _ in usable],
+        [t for _, t in usable],
+        [p.output_tokens for p, _ in usable],
     )

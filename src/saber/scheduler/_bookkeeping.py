@@ -16,6 +16,7 @@ import numpy as np
 
 from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import MAX_TOKENS, Action, Decision, Outcome, SchedRequest, Tier
+from saber.scheduler._running import RunningSet
 from saber.scheduler._speed_model import SpeedModel
 from saber.scheduler._task_lengths import Dist
 
@@ -36,6 +37,7 @@ class Bookkeeping(SpeedModel):
     _lpq: TaskQueues
     _high_running: int
     _protect: list[tuple[float, str]]  # (-required speed, id) of running HPQ requests
+    _live: RunningSet  # the running HPQ requests with an e2e deadline, as arrays
     _budget: tuple[int, float] | None  # (sequences, window s) this scheduler may admit
     _spent: deque[tuple[float, int]]  # (when, sequences) of its admissions in the window
 
@@ -125,6 +127,16 @@ class Bookkeeping(SpeedModel):
         self._at_admit[req.id] = (self._clock, self._area)
         if tier is Tier.HIGH:
             self._high_running += 1
+            if req.sla_kind == "e2e":  # what one more sequence can cost (_exposure)
+                self._live.add(
+                    req.id,
+                    deadline=req.deadline,
+                    due=req.due,
+                    clock=self._clock,
+                    tokens=float(req.tokens),
+                    limit=float(req.tokens if req.exact else req.cap or MAX_TOKENS),
+                    key=None if req.exact else (req.task, req.dist),
+                )
             # Recorded once, as the paper does: what this request needs from now on.
             req.required_speed = req.required_speed_at(now)
             heapq.heappush(self._protect, (-req.required_speed, req.id))
@@ -137,6 +149,7 @@ class Bookkeeping(SpeedModel):
             self._tick(now)
         finally:  # the slot is freed whatever the speed model does
             self._at_admit.pop(req_id, None)
+            self._live.remove(req_id)
             req = self._running.pop(req_id)
             self._load -= req.seqs
             if req.tier is Tier.HIGH:

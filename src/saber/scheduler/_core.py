@@ -28,6 +28,7 @@ from saber.scheduler._placing import Placing
 from saber.scheduler._policy import Policy
 from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import Action, Decision, Kind, Outcome, SchedRequest, Tier
+from saber.scheduler._running import RunningSet
 from saber.scheduler._speed_model import SpeedFn, TTFTFn
 from saber.scheduler._task_lengths import TaskLengths
 
@@ -74,11 +75,15 @@ class Scheduler(Placing):
         seed: int = 0,
         speed_sigma: float | None = None,
         lengths: TaskLengths | None = None,
+        prefill: tuple[float, float] | None = None,
     ) -> None:
         """``lengths``: what the tasks' answer lengths are learned into; the backends of
-        a pool share one (a task's lengths do not depend on where it runs)."""
+        a pool share one (a task's lengths do not depend on where it runs). ``prefill``:
+        the profile's (seconds per prompt token of an idle engine, prompt tokens per
+        generated token of its requests), which the policy's ``prefill`` counts."""
         self.policy = policy or Policy()
         self._ttft_fn = ttft
+        self._prefill = prefill if self.policy.prefill and self.policy.decide == "chance" else None
         self._kinds: dict[str, str] = {}  # task -> the SLA kind its requests carry
         task_list = list(tasks.values()) if isinstance(tasks, Mapping) else list(tasks)
         self.tasks: dict[str, TaskType] = {t.name: t for t in task_list}
@@ -93,6 +98,7 @@ class Scheduler(Placing):
         self._hpq = TaskQueues()
         self._lpq = TaskQueues()
         self._running: dict[str, SchedRequest] = {}
+        self._live = RunningSet()
         self._load = 0  # sequences running: the sum of their seqs
         self._seen_elsewhere = self._elsewhere = 0  # at the backend, not admitted here
         # Admit nothing (a pool's backend out of service while others serve): requests
@@ -154,6 +160,7 @@ class Scheduler(Placing):
             raise ValueError(
                 f"request {req.id} runs {req.seqs} sequences; max_concurrency is {cap}"
             )
+        self.price_prefill(req)
         demote_at = self._demotion_time(req)  # may raise: before any state changes
         expire_at = self._expiry_time(req)
         self._tick(now)
@@ -187,6 +194,7 @@ class Scheduler(Placing):
         req = self._running.get(req_id)
         if req is not None and (req.generated is None or tokens > req.generated):
             req.generated = tokens
+            self._live.progress(req_id, tokens, tokens > 0)
             if tokens > 0 and req.first_token_at is None:
                 req.first_token_at = now
                 if req.admitted_at is not None:  # always, for a running request

@@ -10,15 +10,16 @@ backend's.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
 
 from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._bookkeeping import Bookkeeping
-from saber.scheduler._chance import Needs, running_chance
-from saber.scheduler._request import MAX_TOKENS, SchedRequest, Tier
-from saber.scheduler._task_lengths import Dist
+from saber.scheduler._chance import Needs
+from saber.scheduler._lengths import LengthEstimate
+from saber.scheduler._request import SchedRequest
 
 
 def overlap(age: float, runs: float, d: float, delay: float = 0.0) -> float:
@@ -50,8 +51,10 @@ class Future:
 
 
 NO_FUTURE = Future(1.0)
-Running = tuple[np.ndarray, np.ndarray] | None
-"""What one more sequence costs each running request, and its seconds left (``_exposure``)."""
+Running = tuple[np.ndarray, np.ndarray, np.ndarray | None] | None
+"""What one more sequence costs each running request, its seconds left, and the chance it
+loses per second its decoding is put off (a newcomer's prefill: None when not counted)
+(``_exposure``)."""
 
 
 class Costs(Bookkeeping):
@@ -92,7 +95,7 @@ class Costs(Bookkeeping):
             probe = self._arrivals.last.get(task)
             if probe is None or probe.sla_kind != "e2e" or probe.tokens <= 0:
                 continue
-            sla = probe.deadline - probe.arrival
+            sla = probe.due - probe.arrival
             lost = self._chance(probe, speed * sla) - self._chance(probe, v2 * sla)
             if lost > 0:
                 terms.append((rate * share * lost, probe.tokens / speed))
@@ -110,78 +113,66 @@ class Costs(Bookkeeping):
         """``start`` plus what one sequence of ``req`` running at ``speed`` from
         ``delay`` s on costs, in requests on schedule: the loss ``running`` to the
         running requests (those that end within the delay lose nothing) and that to the
-        requests arriving while it runs (``future``)."""
-        runs = req.tokens / speed
+        requests arriving while it runs (``future``). Its prefill beyond what f(L)
+        counts (``prefill_s``) puts off every running request's decoding by as much."""
+        runs = req.tokens / speed + req.prefill_s
         p = start
         if running is not None and running[0].size:
-            lost, left = running
+            lost, left, slope = running
             if delay:
                 share = np.minimum(runs, np.maximum(left - delay, 0.0)) / left
             else:
                 share = np.minimum(1.0, runs / left)
             p += float(np.sum(lost * share))
+            if slope is not None and req.prefill_s > 0.0:
+                hit = np.minimum(slope * req.prefill_s, 1.0)
+                p += float(np.sum(hit[left > delay]) if delay else np.sum(hit))
         return p + future.loss(runs, delay)
 
     def _loss(self, now: float, extra: int, runs: float = math.inf) -> float:
         """Requests on schedule that ``extra`` more sequences, running ``runs`` seconds,
         are expected to cost the running ones (``_exposure``)."""
-        lost, left = self._exposure(now, extra)
+        lost, left, _ = self._exposure(now, extra)
         return float(np.sum(lost * np.minimum(1.0, runs / left))) if lost.size else 0.0
 
-    def _exposure(self, now: float, extra: int) -> tuple[np.ndarray, np.ndarray]:
+    def _exposure(self, now: float, extra: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """What ``extra`` more sequences would cost each running HPQ request: its chance
         at f(L) less its chance at f(L + extra), were they to run until its deadline,
         and the seconds to its deadline. A newcomer that ends sooner costs that share
         of it: the requests it can cost are those finishing about at their deadline.
         Behind several gateways, each of these also stands for the requests the others
-        run here (``set_elsewhere``), whose deadlines this one does not know."""
+        run here (``set_elsewhere``), whose deadlines this one does not know. With the
+        prefill counted, also each one's loss per second its decoding is put off (at
+        f(L + extra), over a quarter of its time left)."""
         empty = np.zeros(0)
         v0 = self.predicted_speed(self._load)
         v1 = self.predicted_speed(self._load + extra)
-        if v1 >= v0 or not self._load:
-            return empty, empty
-        rows: dict[tuple[str, Dist, bool], list[tuple[float, float, float, float]]] = {}
-        clock = self._clock_now(now)
-        cal = self.calibration
-        learned: dict[str, bool] = {}  # task -> whether its lengths are learned
-        at = self._at_admit  # id -> the clocks at its admission
-        high, e2e = Tier.HIGH, "e2e"
-        for req in self._running.values():
-            if req.tier is not high or req.sla_kind != e2e:
-                continue
-            left = req.deadline - now
-            if left <= 0:
-                continue
-            generated = req.generated
-            made = float(generated) if generated is not None else cal * (clock - at[req.id][0])
-            if made < 0.0:
-                made = 0.0
-            rest = req.tokens - made
-            key: tuple[str, Dist, bool]
-            if req.exact:
-                key, limit = (req.task, None, True), float(req.tokens)
-            else:
-                task = req.task
-                known = learned.get(task)
-                if known is None:
-                    known = learned[task] = self.lengths.estimate(task) is not None
-                key, limit = (task, req.dist, not known), float(req.cap or MAX_TOKENS)
-            group = rows.get(key)
-            if group is None:
-                group = rows[key] = []
-            group.append((made, limit, left, rest if rest > 1.0 else 1.0))
-        lost, lefts = [], []
-        sigma = self._cal.sigma
-        for (task, dist, exact), group in rows.items():
-            made_a, limit_a, left_a, rest_a = np.array(group, dtype=float).T
-            est = None if exact else self.lengths.estimate(task, dist)
-            budgets = np.stack((v0 * left_a, v1 * left_a))
-            before, after = running_chance(est, made_a, limit_a, budgets, sigma, rest_a)
-            lost.append(before - after)
-            lefts.append(left_a)
-        if not lost:
-            return empty, empty
-        # The requests other gateways run here (as last scraped) are slowed as well:
-        # taken to be like this one's, each running request stands for that many.
+        prefill = self._prefill is not None
+        run = self._live
+        if (v1 >= v0 and not prefill) or not self._load or not len(run):
+            return empty, empty, None
+        left_all = run.due - now  # before its first token its prefill is still to come
+        live = run.live & (left_all > 0.0)
+        if not live.any():
+            return empty, empty, None
+        left = left_all[live]
+        made = run.made[live]
+        guess = np.isnan(made)  # no progress reported: the token clock
+        if guess.any():
+            clock = self._clock_now(now)
+            made = np.where(guess, self.calibration * (clock - run.clock[live]), made)
+        made = np.maximum(made, 0.0)
+        run.refresh(live, self._estimate_of)
+        budgets = [v0 * left, v1 * left]
+        if prefill:
+            budgets.append(v1 * left * 0.75)
+        chances = run.chances(live, made, np.stack(budgets), self._cal.sigma)
+        lost = np.maximum(chances[0] - chances[1], 0.0)
         others = (self._load + self._seen_elsewhere) / self._load
-        return np.concatenate(lost) * others, np.concatenate(lefts)
+        slope = (chances[1] - chances[2]) / (0.25 * left) * others if prefill else None
+        return lost * others, left, slope
+
+    def _estimate_of(self, key: Hashable) -> LengthEstimate | None:
+        """The distribution a running request's key names (``Bookkeeping._start``)."""
+        assert isinstance(key, tuple)
+        return self.lengths.estimate(key[0], key[1])

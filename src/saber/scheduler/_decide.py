@@ -51,15 +51,15 @@ class Decide(Costs):
             return req.deadline - self._ttft(req.task, 1)
         if self.policy.decide == "chance":
             # The chance at f(1) falls below demote_below at this t.
-            return req.deadline - self._need(req, self.policy.demote_below) / self.max_speed
+            return req.due - self._need(req, self.policy.demote_below) / self.max_speed
         # required speed tokens / (deadline - t) reaches f(1) at this t.
-        return req.deadline - req.tokens / self.max_speed
+        return req.due - req.tokens / self.max_speed
 
     def chance_of(self, req: SchedRequest, now: float, load: float) -> float:
         """P(``req`` finishes by its deadline) if it ran from ``now`` at the calibrated
         f(``load``): its kind's effective length (``saber.scheduler._chance``). What the
         default policy decides with; ``docs/admission.md`` draws it."""
-        return self._chance(req, self.predicted_speed(load) * (req.deadline - now))
+        return self._chance(req, self.predicted_speed(load) * (req.due - now))
 
     def _earliest_deadline(self, task: str, tokens: int, now: float, speed: float) -> float:
         """The earliest deadline with which a request of ``task`` expecting ``tokens``
@@ -87,7 +87,7 @@ class Decide(Costs):
             need = self._need(req, self.policy.refuse_below)
         else:
             need = req.tokens
-        return req.arrival + task.useful_s - need / self.max_speed
+        return req.arrival + task.useful_s - req.prefill_s - need / self.max_speed
 
     def _rebuild_times(self) -> None:
         self._none_cheap = None  # the speed model, the tasks or the needs changed
@@ -113,7 +113,7 @@ class Decide(Costs):
             if kind[0] != task:
                 continue
             req = SchedRequest("", task, 0.0, 0.0, kind[1], kind[2], kind[3], kind[4])
-            req.dist = kind[5]
+            req.dist, req.prefill_s = kind[5], kind[6]
             if self._need(req, self.policy.demote_below) > (1.0 + REBUILD_AT) * need:
                 return True
         return False
@@ -237,7 +237,7 @@ class Decide(Costs):
         running requests it would slow move on and fewer arrivals remain (a long answer
         with time to spare, in a burst of short ones). Its worth, chance less cost, is
         weighed after each share WAIT_SHARES of the time it has left."""
-        slack = req.deadline - now
+        slack = req.due - now
         if req.sla_kind != "e2e" or slack <= 0:
             return False
 
@@ -258,10 +258,10 @@ class Decide(Costs):
         credit: float = 0.0,
         floor: float = 0.0,
     ) -> float:
-        """The earliest deadline with which a request of ``req``'s kind passes now: its
-        chance at ``speed`` clears what it costs, the loss ``running`` to the running
-        requests plus that to the requests arriving while it runs (``future``,
-        ``saber.scheduler._costs.overlap``)."""
+        """The earliest deadline (``due``, for its decoding) with which a request of
+        ``req``'s kind passes now: its chance at ``speed`` clears what it costs, the loss
+        ``running`` to the running requests plus that to the requests arriving while it
+        runs (``future``, ``saber.scheduler._costs.overlap``)."""
         if req.sla_kind == "ttft":
             return self._earliest_deadline(req.task, req.tokens, now, speed)
         p = max(self._cost(req, speed, running, future, -credit) * req.seqs, floor)
@@ -275,7 +275,7 @@ class Decide(Costs):
     def _worth(self, req: SchedRequest, now: float) -> bool:
         """A request of several sequences, judged at the load it brings."""
         speed = self.predicted_speed(self._load + req.seqs)
-        chance = self._chance(req, speed * (req.deadline - now)) ** req.seqs
+        chance = self._chance(req, speed * (req.due - now)) ** req.seqs
         floor = self.policy.demote_below
         loss = self._loss(now, req.seqs) if self.policy.gain and self._load else 0.0
         return chance >= max(floor, loss)

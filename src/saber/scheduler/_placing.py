@@ -83,7 +83,7 @@ class Placing(Decide):
     def admissible(self, req: SchedRequest, now: float) -> bool:
         """Whether ``req``, were it waiting here, would be admitted by ``poll(now)``."""
         rule = self.pass_rule(req.tier, now)
-        if rule is None or not self._fits(req) or req.deadline < rule(req):
+        if rule is None or not self._fits(req) or req.due < rule(req):
             return False
         return req.seqs == 1 or self._worth(req, now)
 
@@ -98,7 +98,7 @@ class Placing(Decide):
             ok = req.deadline >= self._earliest_deadline(req.task, req.tokens, now, speed)
             chance = 1.0 if ok else 0.0
         else:
-            left = max(req.deadline - now - self.first_token_wait, 0.0)
+            left = max(req.due - now - self.first_token_wait, 0.0)
             chance = self._chance(req, speed * left) ** req.seqs
         if not self._load or self.policy.decide != "chance":
             return chance

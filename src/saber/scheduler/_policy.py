@@ -47,7 +47,11 @@ class Policy:
     configured mean. ``condition_lengths`` (with it): learn them also given what each
     request carries (its prompt's size, a fingerprint), used per task only where that
     predicts the answers that follow better than the task's own distribution
-    (``saber.scheduler._conditioned``). ``max_concurrency``: a hard cap on sequences at the backend.
+    (``saber.scheduler._conditioned``). ``prefill`` (with ``decide="chance"``): count a
+    request's prompt: its prefill beyond what f(L) counts for a request of its length
+    comes before its decoding, and puts off every running request's decoding by as
+    much (the profile's prefill per prompt token; without one, nothing).
+    ``max_concurrency``: a hard cap on sequences at the backend.
     ``queue_cap``: the most requests of one task that may wait; past it an arrival is
     rejected.
     """
@@ -59,6 +63,7 @@ class Policy:
     calibrate: bool = False
     learn_lengths: bool = False
     condition_lengths: bool = False
+    prefill: bool = False
     decide: Decide = "mean"
     demote_below: float = 0.1
     refuse_below: float = 0.02
@@ -122,6 +127,7 @@ CLOSED_LOOP = Policy(
     calibrate=True,
     learn_lengths=True,
     condition_lengths=True,
+    prefill=True,
     decide="chance",
 )
 MEAN = Policy(order="deadline", protection="none", lpq="idle", calibrate=True, learn_lengths=True)

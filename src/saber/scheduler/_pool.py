@@ -116,12 +116,14 @@ class Pool:
         tasks: Mapping[str, TaskType] | Iterable[TaskType] = (),
         ttfts: Sequence[TTFTFn | None] | None = None,
         speed_sigmas: Sequence[float | None] | None = None,
+        prefills: Sequence[tuple[float, float] | None] | None = None,
         seed: int = 0,
         place: Placement = "chance",
         arrival_share: float = 1.0,
         affinity_margin: float | None = None,
     ) -> Pool:
-        """One scheduler per backend's f(L) (and TTFT fit, and spread), sharing lengths;
+        """One scheduler per backend's f(L) (and TTFT fit, spread and prefill), sharing
+        lengths;
         ``arrival_share``: of the requests that arrive for the pool, those this gateway
         sees (1/M of M gateways behind an even balancer)."""
         policy = policy or Policy()
@@ -132,6 +134,7 @@ class Pool:
         n = len(speeds)
         ttfts = ttfts or [None] * n
         sigmas = speed_sigmas or [None] * n
+        prefill = prefills or [None] * n
         backends = [
             Scheduler(
                 speed,
@@ -141,6 +144,7 @@ class Pool:
                 seed=seed + i,
                 speed_sigma=sigmas[i],
                 lengths=lengths,
+                prefill=prefill[i],
             )
             for i, speed in enumerate(speeds)
         ]
@@ -154,6 +158,7 @@ class Pool:
         if req.id in self._where:
             raise ValueError(f"request {req.id} is already known to the pool")
         self._share_out(now)
+        self.backends[0].price_prefill(req)  # each backend prices it again on its offer
         home = self._home(req, now)
         self._where[req.id] = home
         try:
@@ -353,7 +358,7 @@ class Pool:
                         continue  # worth more there later: it may as well wait here
                     score = self._score(dst, req, now)
                     negated = tuple(-x for x in score)
-                    found.append((req.deadline, req.id, negated, src, req, dst))
+                    found.append((req.due, req.id, negated, src, req, dst))
             if found:
                 _, _, _, src, req, dst = min(found, key=lambda f: f[:3])
                 return src, req, dst

@@ -52,8 +52,8 @@ class TaskQueues:
             queue.move_to_end(req_id)
         self._where[req.id] = req.task
         deadlines, ids = self._groups.setdefault(req.kind, ([], []))
-        i = bisect.bisect_right(deadlines, req.deadline)  # the end, but for a tie
-        deadlines.insert(i, req.deadline)
+        i = bisect.bisect_right(deadlines, req.due)  # the end, but for a tie
+        deadlines.insert(i, req.due)
         ids.insert(i, req.id)
 
     def remove(self, req_id: str) -> SchedRequest | None:
@@ -64,7 +64,7 @@ class TaskQueues:
         req = self._by_task[task].pop(req_id)
         key = req.kind
         deadlines, ids = self._groups[key]
-        i = bisect.bisect_left(deadlines, req.deadline)
+        i = bisect.bisect_left(deadlines, req.due)
         while ids[i] != req_id:
             i += 1
         del deadlines[i], ids[i]
@@ -73,9 +73,9 @@ class TaskQueues:
         return req
 
     def most_urgent_passing(self, earliest: Callable[[SchedRequest], float]) -> SchedRequest | None:
-        """The waiting request with the earliest deadline among those that pass:
-        ``earliest(req)`` is the earliest deadline with which a request of ``req``'s
-        kind would pass now (one call per kind). None if none passes."""
+        """The waiting request with the earliest ``due`` among those that pass:
+        ``earliest(req)`` is the earliest ``due`` with which a request of ``req``'s kind
+        would pass now (one call per kind). None if none passes."""
         best: tuple[float, str] | None = None
         for deadlines, ids in self._groups.values():
             first = self.get(ids[0])

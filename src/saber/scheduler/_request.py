@@ -64,8 +64,8 @@ class Action(StrEnum):
 
 
 # What a request's chance of finishing in time depends on besides time and speed:
-# (task, tokens, cap, floor, exact, the distribution its length follows).
-Kind = tuple[str, int, int | None, int, bool, Dist]
+# (task, tokens, cap, floor, exact, the distribution its length follows, its prefill).
+Kind = tuple[str, int, int | None, int, bool, Dist, float]
 
 
 @dataclass(slots=True, eq=False)
@@ -108,17 +108,35 @@ class SchedRequest:
     # fingerprint), and the distribution its length follows given that (None: its task's).
     carried: Carried = NOTHING
     dist: Dist = None
+    # Seconds its prompt's prefill takes beyond what f(L) counts for a request of its
+    # length (``Scheduler``, from the profile's prefill): its decoding must be done by
+    # ``due``, that much before its deadline.
+    prefill_s: float = 0.0
 
     @property
     def kind(self) -> Kind:
         """What its chance of finishing in time depends on, besides time and speed:
         requests of one kind share their length distribution."""
-        return (self.task, self.tokens, self.cap, self.floor, self.exact, self.dist)
+        return (
+            self.task,
+            self.tokens,
+            self.cap,
+            self.floor,
+            self.exact,
+            self.dist,
+            self.prefill_s,
+        )
+
+    @property
+    def due(self) -> float:
+        """When its answer must be made by, at the speed f(L) predicts: its deadline,
+        less its prefill beyond what f(L) counts."""
+        return self.deadline - self.prefill_s
 
     def required_speed_at(self, now: float) -> float:
         """Tokens per second it needs from ``now`` on to finish by its deadline (0 for a
         TTFT deadline, which a speed does not decide)."""
-        remaining = self.deadline - now
+        remaining = self.due - now
         if remaining <= 0:
             return math.inf
         return self.tokens / remaining if self.sla_kind == "e2e" else 0.0

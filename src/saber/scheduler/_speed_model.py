@@ -9,6 +9,7 @@ from here; changing it is what makes the demotion and expiry times stale.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -23,6 +24,9 @@ SpeedFn = Callable[[float], float]
 TTFTFn = Callable[[float, float], float]
 """Time to first token (s) of a request with this many prompt tokens at this load."""
 
+PREFILL_MIN = 0.01
+"""A prefill beyond what f(L) counts that is less than this share of a request's SLA is
+left out (``price_prefill``)."""
 REBUILD_AT = 0.1
 """Demotion and expiry times are recomputed when the calibrated f(1) has fallen this
 much since they were, or what a task's requests need has grown this much (they come
@@ -41,6 +45,7 @@ class SpeedModel:
     tasks: dict[str, TaskType]
     lengths: TaskLengths
     _ttft_fn: TTFTFn | None
+    _prefill: tuple[float, float] | None  # (s per prompt token, prompt per output token)
     _cal: Calibration
     _sigma: float
     # The token clock (tokens one request makes at the raw f(L)) and the load clock
@@ -73,10 +78,34 @@ class SpeedModel:
         self._cal.restart()
         self._rebuild_times()
 
-    def set_ttft(self, ttft: TTFTFn | None) -> None:
-        """Swap the TTFT fit (a reload brought another profile)."""
+    def set_ttft(self, ttft: TTFTFn | None, prefill: tuple[float, float] | None = None) -> None:
+        """Swap the TTFT fit and the prefill (a reload brought another profile)."""
         self._ttft_fn = ttft
+        self._prefill = prefill if self.policy.prefill and self.policy.decide == "chance" else None
         self._rebuild_times()
+
+    def price_prefill(self, req: SchedRequest) -> None:
+        """Set ``req.prefill_s``: its prompt's prefill beyond what f(L) counts for a
+        request of its expected length. f(L) is a speed over each profiled request's
+        whole time, so it counts ``per_output`` prompt tokens of prefill per generated
+        token; a prompt longer than that takes ``per_token`` s per token more, first.
+        A prompt of unknown size is its task's mean. Under PREFILL_MIN of the task's
+        SLA it is nothing (a kind of its own for every prompt would cost more than it
+        tells), and it is rounded to quarter doublings, for the same reason."""
+        req.prefill_s = 0.0
+        if self._prefill is None or req.sla_kind != "e2e":
+            return
+        per_token, per_output = self._prefill
+        prompt = req.carried.prompt_tokens
+        if prompt is None:
+            task = self.tasks.get(req.task)
+            if task is None:
+                return
+            prompt = float(task.mean_input_tokens)
+        excess = per_token * (prompt - per_output * req.tokens)
+        if excess <= PREFILL_MIN * (req.deadline - req.arrival):
+            return
+        req.prefill_s = 0.001 * 2.0 ** (round(4.0 * math.log2(excess / 0.001)) / 4.0)
 
     def set_calibration(self, value: float) -> None:
         """Restore a calibration learned before (a restart); kept within its limits."""

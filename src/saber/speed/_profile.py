@@ -92,6 +92,19 @@ class TTFTFit(BaseModel):
     n: Annotated[int, Field(ge=1)]
     prompt_tokens_max: Annotated[int, Field(ge=1)]
     load_max: Load
+    # The prefill of an idle engine: seconds per prompt token (the slope of TTFT against
+    # the prompt at the profile's lowest load), and the profile's requests' prompt tokens
+    # per generated token (f(L), a speed over each request's whole time, counts that much
+    # prefill per token: ``Scheduler``'s prefill beyond it). None: not measured.
+    prefill_s_per_token: NonNegative | None = None
+    prompt_per_output: NonNegative | None = None
+
+    @property
+    def prefill(self) -> tuple[float, float] | None:
+        """(seconds per prompt token, prompt tokens per generated token), if measured."""
+        if self.prefill_s_per_token is None or self.prompt_per_output is None:
+            return None
+        return self.prefill_s_per_token, self.prompt_per_output
 
     def predict(self, prompt_tokens: float, load: float) -> float:
         """Predicted TTFT in seconds; loads below 1 count as 1."""

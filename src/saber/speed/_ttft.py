@@ -10,12 +10,20 @@ from saber.speed._profile import TTFTFit
 MIN_POINTS = 8
 
 
-def fit_ttft(prompt_tokens: ArrayLike, loads: ArrayLike, ttfts: ArrayLike) -> TTFTFit | None:
+def fit_ttft(
+    prompt_tokens: ArrayLike,
+    loads: ArrayLike,
+    ttfts: ArrayLike,
+    output_tokens: ArrayLike | None = None,
+) -> TTFTFit | None:
     """Linear least squares with non-negative coefficients; None with too few points.
 
     The features are 1, P, L-1 and P*(L-1) (see ``TTFTFit``): a prompt costs
     prefill work per token, and each step it shares with the other running
-    requests takes longer.
+    requests takes longer. With the requests' ``output_tokens``, also the prefill of an
+    idle engine (``prefill_s_per_token``, from the points at the lowest load alone: the
+    pooled fit puts most of a prompt's cost in its product with the load) and the
+    prompt tokens per generated token of the profile's requests.
     """
     prompt = np.asarray(prompt_tokens, dtype=float)
     extra = np.asarray(loads, dtype=float) - 1.0
@@ -34,7 +42,10 @@ def fit_ttft(prompt_tokens: ArrayLike, loads: ArrayLike, ttfts: ArrayLike) -> TT
     r2 = 1.0 - residual / total if total > 0 else (1.0 if residual == 0 else 0.0)
     positive = ttft > 0
     err = float(np.mean(np.abs(predicted[positive] - ttft[positive]) / ttft[positive]))
+    prefill = _prefill(prompt, extra, ttft, output_tokens)
     return TTFTFit(
+        prefill_s_per_token=None if prefill is None else prefill[0],
+        prompt_per_output=None if prefill is None else prefill[1],
         intercept_s=float(coef[0]),
         per_prompt_token_s=float(coef[1]),
         per_load_s=float(coef[2]),
@@ -45,3 +56,17 @@ def fit_ttft(prompt_tokens: ArrayLike, loads: ArrayLike, ttfts: ArrayLike) -> TT
         prompt_tokens_max=int(prompt.max()),
         load_max=float(extra.max() + 1.0),
     )
+
+
+def _prefill(
+    prompt: np.ndarray, extra: np.ndarray, ttft: np.ndarray, output_tokens: ArrayLike | None
+) -> tuple[float, float] | None:
+    """(seconds per prompt token at the lowest load, prompt tokens per output token)."""
+    if output_tokens is None:
+        return None
+    outputs = np.asarray(output_tokens, dtype=float)
+    low = extra == extra.min()
+    if low.sum() < MIN_POINTS or np.unique(prompt[low]).size < 2 or outputs.sum() <= 0:
+        return None
+    slope = float(np.polyfit(prompt[low], ttft[low], 1)[0])
+    return max(slope, 0.0), float(prompt.sum() / outputs.sum())

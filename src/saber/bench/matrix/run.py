@@ -207,6 +207,7 @@ def run_point(
                 policy,
                 max_num_seqs=VLLM_DEFAULT_MAX_NUM_SEQS,
                 ttft=None if ttft is None else ttft.predict,
+                prefill=None if ttft is None else ttft.prefill,
                 seed=point.seed,
                 oracle=matrix.mode == "oracle",
             )

@@ -47,7 +47,9 @@ def scheduler_request(
     """The request as the scheduler sees it: its sequences, each bounded by the client's
     ``max_tokens`` (lowered to ``cap``, the task honesty cap) and raised to its
     ``min_tokens``; exactly its cap when its length is forced; its session's key
-    (``affinity``), if any. ValueError for a token count no engine serves."""
+    (``affinity``), if any; its prompt's size and fingerprint (``edge.prompt``), which
+    its expected length and its prefill may follow. ValueError for a token count no
+    engine serves."""
     max_tokens = payload.max_tokens
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(cap, max_tokens)
@@ -63,4 +65,7 @@ def scheduler_request(
         tokens=max_tokens if exact else None,
         seqs=payload.seqs.total,
         affinity=affinity,
+        prompt_bytes=payload.prompt.nbytes or None,
+        prompt_tokens=payload.prompt.tokens,
+        fingerprint=payload.prompt.fingerprint,
     )

@@ -49,6 +49,7 @@ RESTART = (
     "calibrate",
     "learn_lengths",
     "condition_lengths",
+    "prefill",
     "refit",
     "state_file",
     "seed",

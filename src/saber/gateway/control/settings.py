@@ -47,6 +47,11 @@ class BackendProfile:
         fit = self.profile.ttft_fit
         return None if fit is None else fit.predict
 
+    def prefill(self) -> tuple[float, float] | None:
+        """The profile's prefill (``TTFTFit.prefill``) as the scheduler takes it."""
+        fit = self.profile.ttft_fit
+        return None if fit is None else fit.prefill
+
 
 @dataclass(frozen=True)
 class GatewaySettings:

@@ -22,6 +22,7 @@ from starlette.requests import Request
 
 from saber import wire
 from saber.gateway.edge import fields
+from saber.gateway.edge.prompt import NO_PROMPT, Prompt, read_prompt
 from saber.gateway.edge.tasks import Endpoint
 from saber.gateway.errors import GatewayError, invalid, quote
 from saber.gateway.upstream.dialect import VLLM, Dialect
@@ -48,6 +49,7 @@ class Payload:
     seqs: wire.Sequences = ONE  # what it runs at the backend
     # ignore_eos with nothing else to stop it: each sequence makes exactly max_tokens.
     forced_length: bool = False
+    prompt: Prompt = NO_PROMPT  # its size and fingerprint, for the scheduler
 
     def upstream_body(self, model: str | None, cap: int | None = None) -> bytes:
         """The body to relay: the client's, with the real model name, each token cap
@@ -195,6 +197,7 @@ def parse(endpoint: Endpoint, raw: bytes, dialect: Dialect = VLLM) -> Payload:
         min_tokens=min_tokens,
         seqs=wire.sequences(body, chat=endpoint == "chat"),
         forced_length=_forced_length(body),
+        prompt=read_prompt(endpoint, body),
     )
 
 

@@ -1,0 +1,222 @@
+"""The running requests that one more sequence can cost, kept as arrays.
+
+Pricing one more sequence weighs every running high-priority request with an
+end-to-end deadline (``Costs._exposure``). Walking them in Python each time was the
+hot path of a busy gateway: at 1,024 running streams a quarter of its CPU. Here each
+such request has a slot in a set of numpy arrays, written when it starts, reports
+progress and leaves (O(1) each), so a pricing is a few vectorized passes whatever the
+count. The length distributions they follow are rows of one table of cumulative
+weights (``Distributions``), refreshed when a distribution changes, so the chance of
+every running request is computed in one pass even when they follow many.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable
+
+import numpy as np
+
+from saber.scheduler._chance import QUADRATURE, normal_cdf
+from saber.scheduler._lengths import BUCKETS_PER_DOUBLING, LengthEstimate, n_buckets
+
+_TOP = float(n_buckets())  # the last edge's position on the buckets' log scale
+
+
+class Distributions:
+    """Length distributions as rows of cumulative weights (P(L <= each bucket's lower
+    edge)), one per distribution in use, refreshed when its version moves."""
+
+    def __init__(self) -> None:
+        self.table = np.zeros((4, n_buckets() + 1))
+        self._rows: dict[Hashable, tuple[int, int]] = {}  # key -> (row, version)
+        self._free: list[int] = list(range(4))
+
+    def row(self, key: Hashable, est: LengthEstimate) -> int:
+        """The row of ``est`` (named ``key``), current."""
+        hit = self._rows.get(key)
+        if hit is not None and hit[1] == est.version:
+            return hit[0]
+        if hit is None:
+            if not self._free:
+                grown = self.table.shape[0]
+                self.table = np.vstack((self.table, np.zeros_like(self.table)))
+                self._free = list(range(grown, 2 * grown))
+            index = self._free.pop()
+        else:
+            index = hit[0]
+        cum = np.cumsum(est.weights)
+        self.table[index, 0] = 0.0
+        self.table[index, 1:] = cum / cum[-1]
+        self._rows[key] = (index, est.version)
+        return index
+
+    def forget(self, key: Hashable) -> None:
+        hit = self._rows.pop(key, None)
+        if hit is not None:
+            self._free.append(hit[0])
+
+    def cdf(self, rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """P(L <= tokens) for each element's distribution (``rows``), as
+        ``LengthEstimate.cdf`` computes it: linear in log(tokens) within a bucket."""
+        pos = np.clip(np.log2(np.maximum(tokens, 1.0)) * BUCKETS_PER_DOUBLING, 0.0, _TOP)
+        low = np.minimum(pos.astype(np.int64), int(_TOP) - 1)
+        frac = pos - low
+        table = self.table
+        start = table[rows, low]
+        out: np.ndarray = start + frac * (table[rows, low + 1] - start)
+        return out
+
+
+class RunningSet:
+    """Running requests with an end-to-end deadline, admitted from the HPQ: a slot each
+    in arrays of what their chance of finishing in time depends on."""
+
+    FIELDS = ("deadline", "due", "made", "clock", "tokens", "limit", "kid")
+
+    def __init__(self) -> None:
+        self._slot: dict[str, int] = {}
+        self._free: list[int] = []
+        # The distributions the slots follow: key -> (id, slots that follow it).
+        self._kids: dict[Hashable, list[int]] = {}
+        self._kid_free: list[int] = []
+        self._kid_keys: list[Hashable] = []  # id -> key
+        size = 0
+        self.deadline = np.zeros(size)
+        self.due = np.zeros(size)  # its deadline less its prefill still to come
+        self.made = np.zeros(size)  # tokens reported; NaN: none (read the token clock)
+        self.clock = np.zeros(size)  # the token clock at its admission
+        self.tokens = np.zeros(size)  # its expected (or exact) length
+        self.limit = np.zeros(size)  # its cap; its length, if exact
+        self.kid = np.zeros(size, dtype=np.int64)  # its distribution's id; -1: certain
+        self.row = np.zeros(0, dtype=np.int64)  # rows of the live slots, at ``refresh``
+        self.live = np.zeros(size, dtype=bool)
+        self.dists = Distributions()
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def __contains__(self, req_id: object) -> bool:
+        return req_id in self._slot
+
+    def add(
+        self,
+        req_id: str,
+        *,
+        deadline: float,
+        due: float,
+        clock: float,
+        tokens: float,
+        limit: float,
+        key: Hashable | None,
+    ) -> None:
+        """A request starts; ``key`` names the distribution its length follows (None:
+        its length is taken as certain)."""
+        if not self._free:
+            self._grow()
+        slot = self._free.pop()
+        self._slot[req_id] = slot
+        self.kid[slot] = -1 if key is None else self._use(key)
+        self.deadline[slot] = deadline
+        self.due[slot] = due
+        self.made[slot] = math.nan
+        self.clock[slot] = clock
+        self.tokens[slot] = tokens
+        self.limit[slot] = limit
+        self.live[slot] = True
+
+    def _use(self, key: Hashable) -> int:
+        hit = self._kids.get(key)
+        if hit is None:
+            if self._kid_free:
+                kid = self._kid_free.pop()
+                self._kid_keys[kid] = key
+            else:
+                kid = len(self._kid_keys)
+                self._kid_keys.append(key)
+            hit = self._kids[key] = [kid, 0]
+        hit[1] += 1
+        return hit[0]
+
+    def progress(self, req_id: str, tokens: int, first: bool) -> None:
+        """It has made ``tokens``; ``first``: its first token came (its prefill is done)."""
+        slot = self._slot.get(req_id)
+        if slot is not None:
+            self.made[slot] = tokens
+            if first:
+                self.due[slot] = self.deadline[slot]
+
+    def remove(self, req_id: str) -> None:
+        slot = self._slot.pop(req_id, None)
+        if slot is None:
+            return
+        self.live[slot] = False
+        kid = int(self.kid[slot])
+        if kid >= 0:
+            key = self._kid_keys[kid]
+            hit = self._kids[key]
+            hit[1] -= 1
+            if not hit[1]:
+                del self._kids[key]
+                self._kid_free.append(kid)
+                self.dists.forget(key)
+        self._free.append(slot)
+
+    def refresh(
+        self, live: np.ndarray, estimate: Callable[[Hashable], LengthEstimate | None]
+    ) -> None:
+        """The current row of each ``live`` slot's distribution (``estimate(key)``; None:
+        not learned, its length taken as certain) into ``row``: one pass per
+        distribution in use, not per slot."""
+        by_kid = np.full(len(self._kid_keys) + 1, -1, dtype=np.int64)  # [-1]: certain
+        for key, (kid, _) in self._kids.items():
+            est = estimate(key)
+            if est is not None:
+                by_kid[kid] = self.dists.row(key, est)
+        self.row = by_kid[self.kid[live]]
+
+    def _grow(self) -> None:
+        size = len(self.live)
+        grown = max(2 * size, 16)
+        for name in self.FIELDS:
+            old = getattr(self, name)
+            setattr(self, name, np.concatenate((old, np.zeros(grown - size, dtype=old.dtype))))
+        self.live = np.concatenate((self.live, np.zeros(grown - size, dtype=bool)))
+        self._free = list(range(grown - 1, size - 1, -1))
+
+    def chances(
+        self,
+        live: np.ndarray,
+        made: np.ndarray,
+        budgets: np.ndarray,
+        sigma: float,
+    ) -> np.ndarray:
+        """P(each live slot's rest is made within each row of ``budgets``) (shape (k,
+        n)): ``saber.scheduler._chance.running_chance`` for every slot at once, their
+        rows as ``refresh`` left them."""
+        rows = self.row
+        limit = self.limit[live]
+        certain = rows < 0
+        out = np.zeros_like(budgets)
+        if certain.any():
+            rest = np.minimum(
+                np.maximum(self.tokens[live][certain] - made[certain], 1.0),
+                np.maximum(limit[certain] - made[certain], 0.0),
+            )
+            with np.errstate(divide="ignore"):
+                z = np.log(np.maximum(budgets[:, certain], 1e-300) / np.maximum(rest, 1e-9))
+            out[:, certain] = np.where(rest <= 0.0, 1.0, normal_cdf(z / max(sigma, 1e-6)))
+        spread = ~certain
+        if spread.any():
+            r, m, lim = rows[spread], made[spread], limit[spread]
+            before = self.dists.cdf(r, m)
+            alive = 1.0 - before
+            dead = alive <= 1e-12
+            alive = np.where(dead, 1.0, alive)
+            part = np.zeros((budgets.shape[0], r.size))
+            for z, w in QUADRATURE:
+                reach = m + budgets[:, spread] * math.exp(sigma * z)
+                done = (self.dists.cdf(np.broadcast_to(r, reach.shape), reach) - before) / alive
+                part += w * np.where(reach >= lim, 1.0, np.where(dead, 1.0, done))
+            out[:, spread] = part
+        return np.where(budgets > 0, out, 0.0)
