@@ -110,7 +110,11 @@ def rounded_sigma(sigma: float) -> float:
 
 class Needs:
     """Quantiles and chances of the effective length per kind of request, cached until
-    the kind's length distribution or the (rounded) spread changes."""
+    the kind's length distribution or the (rounded) spread changes. Kinds that differ
+    only in their prefill share one distribution. At most CACHED of each are kept (a
+    gateway that sees many kinds, such as many exact lengths, starts afresh)."""
+
+    CACHED = 4096
 
     def __init__(self) -> None:
         self._dists: dict[Kind, tuple[int, float, _Effective]] = {}
@@ -118,24 +122,30 @@ class Needs:
 
     def _dist(self, kind: Kind, est: LengthEstimate | None, sigma: float) -> _Effective:
         version = -1 if est is None else est.version
-        hit = self._dists.get(kind)
+        key = (*kind[:6], 0.0)  # the prefill does not change the length's distribution
+        hit = self._dists.get(key)
         if hit is not None and hit[0] == version and hit[1] == sigma:
             return hit[2]
         _, tokens, cap, floor, exact, _, _ = kind
         known = tokens if exact or est is None else None  # a certain length
         dist = _Effective(None if known else est, known, cap, floor, sigma)
-        self._dists[kind] = (version, sigma, dist)
+        if len(self._dists) >= self.CACHED:
+            self._dists.clear()
+        self._dists[key] = (version, sigma, dist)
         return dist
 
     def tokens(self, kind: Kind, est: LengthEstimate | None, p: float, sigma: float) -> float:
         """The work (tokens, in units of the predicted speed x time) a request of this
         kind needs to finish with chance ``p``; ``sigma`` rounded (``rounded_sigma``)."""
         version = -1 if est is None else est.version
-        hit = self._quantiles.get((kind, p))
+        key = ((*kind[:6], 0.0), p)
+        hit = self._quantiles.get(key)
         if hit is not None and hit[0] == version and hit[1] == sigma:
             return hit[2]
         value = self._dist(kind, est, sigma).quantile(p)
-        self._quantiles[(kind, p)] = (version, sigma, value)
+        if len(self._quantiles) >= 4 * self.CACHED:
+            self._quantiles.clear()
+        self._quantiles[key] = (version, sigma, value)
         return value
 
     def chance(self, kind: Kind, est: LengthEstimate | None, budget: float, sigma: float) -> float:
