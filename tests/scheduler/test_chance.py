@@ -57,26 +57,28 @@ def default(**overrides) -> Policy:
 
 def test_an_exact_length_needs_its_tokens_and_more_with_a_spread_speed():
     needs = Needs()
-    sharp = needs.tokens(("t", 100, None, 0, True, None, 0.0), None, 0.5, 0.0)
+    sharp = needs.tokens(("t", 100, None, 0, True, None, 0.0, (0.0, 0.0, 0.0)), None, 0.5, 0.0)
     assert sharp == pytest.approx(100, rel=0.05)
     # With speeds spread around the prediction, being sure takes more than the median.
-    sure = needs.tokens(("t", 100, None, 0, True, None, 0.0), None, 0.9, 0.3)
+    sure = needs.tokens(("t", 100, None, 0, True, None, 0.0, (0.0, 0.0, 0.0)), None, 0.9, 0.3)
     assert sure > 1.3 * sharp
-    assert needs.tokens(("t", 100, None, 0, True, None, 0.0), None, 0.1, 0.3) < 80
+    assert needs.tokens(("t", 100, None, 0, True, None, 0.0, (0.0, 0.0, 0.0)), None, 0.1, 0.3) < 80
 
 
 def test_the_chance_grows_with_the_budget_and_respects_cap_and_floor():
     est = LengthEstimate(100)
     needs = Needs()
     chances = [
-        needs.chance(("t", 100, None, 0, False, None, 0.0), est, b, 0.1)
+        needs.chance(("t", 100, None, 0, False, None, 0.0, (0.0, 0.0, 0.0)), est, b, 0.1)
         for b in (10, 50, 100, 200, 1000)
     ]
     assert chances == sorted(chances) and chances[0] < 0.05 and chances[-1] > 0.99
     # A cap of 60 makes 60 tokens always enough (within the grid's 4.4%); a floor of
     # 300 makes 200 never enough.
-    assert needs.chance(("t", 60, 60, 0, False, None, 0.0), est, 63, 0.0) > 0.99
-    assert needs.chance(("t", 300, None, 300, False, None, 0.0), est, 200, 0.0) < 0.01
+    assert needs.chance(("t", 60, 60, 0, False, None, 0.0, (0.0, 0.0, 0.0)), est, 63, 0.0) > 0.99
+    assert (
+        needs.chance(("t", 300, None, 300, False, None, 0.0, (0.0, 0.0, 0.0)), est, 200, 0.0) < 0.01
+    )
 
 
 def test_a_running_requests_chance_is_conditioned_on_what_it_has_made():

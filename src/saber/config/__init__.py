@@ -17,6 +17,7 @@ from saber.config._gateway import (
 )
 from saber.config._gateway_load import DEFAULT_GATEWAY_CONFIG, ENV_VARS, load_gateway_config
 from saber.config._options import add_config_file
+from saber.config._slo import PARTS, Part, Slo, SloBounds, tpot_of
 from saber.config._tasks import (
     DEFAULT_CONFIG_DIR,
     DEFAULT_PROFILE_DIR,
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_PROFILE_DIR",
     "DEFAULT_PROFILE_NAME",
     "ENV_VARS",
+    "PARTS",
     "AliasTarget",
     "ApiKey",
     "Backend",
@@ -42,8 +44,11 @@ __all__ = [
     "ClusterSettings",
     "ConfigError",
     "GatewayConfig",
+    "Part",
     "PassthroughSettings",
     "RefitSettings",
+    "Slo",
+    "SloBounds",
     "TaskRule",
     "TaskType",
     "Workload",
@@ -53,5 +58,6 @@ __all__ = [
     "load_workloads",
     "parse_tasks",
     "read_yaml",
+    "tpot_of",
     "validate",
 ]

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from saber.config._errors import ConfigError
+from saber.config._slo import Slo, SloBounds
 from saber.config._yaml import read_yaml, validate
 
 
@@ -23,18 +24,37 @@ Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")]
 
 
 class TaskType(BaseModel):
-    """One kind of request, with the latency its users will tolerate."""
+    """One kind of request, with the latency its users will tolerate: an SLO in parts
+    (``ttft_s``, ``tpot_s``, ``e2e_s``: any of them; met when every part stated is).
+
+    ``sla_s`` and ``sla_kind`` are the SLO's *primary* part, the deadline the scheduler
+    races: the whole answer (``e2e``) where ``e2e_s`` is stated, else the first token
+    (``ttft``). A task that states only ``tpot_s`` has no deadline (``sla_s`` is
+    infinite). Configurations that give ``sla_s`` and ``sla_kind`` (before SLOs had
+    parts) are read as before: deprecated, they state the one part they name.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: Name
     mean_input_tokens: int = Field(gt=0)
     mean_output_tokens: int = Field(gt=0)
-    sla_s: float = Field(gt=0, description="the latency SLA in seconds (see sla_kind)")
+    ttft_s: float | None = Field(default=None, gt=0, description="first token within (s)")
+    tpot_s: float | None = Field(
+        default=None, gt=0, description="mean time per output token after the first (s)"
+    )
+    e2e_s: float | None = Field(default=None, gt=0, description="whole answer within (s)")
+    sla_s: float = Field(
+        gt=0, description="deprecated: the primary part's limit (derived from the parts)"
+    )
     sla_kind: Literal["e2e", "ttft"] = Field(
         default="e2e",
-        description="e2e: the whole answer within sla_s (the paper); ttft: its first token "
-        "(CATO: what a person typing waits for)",
+        description="deprecated: which part sla_s is, e2e (the paper) or ttft (CATO)",
+    )
+    slo_bounds: SloBounds | None = Field(
+        default=None,
+        description="the limits a request may state for itself (x-slo-*-ms headers); "
+        "default: each stated part, from the task's own up to 10 times it",
     )
     max_tokens: int = Field(gt=0, description="the cap a client sends in realistic mode")
     expected_output_tokens: int | None = Field(
@@ -51,6 +71,58 @@ class TaskType(BaseModel):
     def expected_tokens(self) -> int:
         return self.expected_output_tokens or self.mean_output_tokens
 
+    @property
+    def slo(self) -> Slo:
+        """The SLO in parts. The primary part is read from ``sla_s`` (what a copy with
+        another ``sla_s`` changes), the others from their own fields."""
+        primary_e2e = self.sla_kind == "e2e" and math.isfinite(self.sla_s)
+        return Slo(
+            ttft_s=self.sla_s if self.sla_kind == "ttft" else self.ttft_s,
+            tpot_s=self.tpot_s,
+            e2e_s=self.sla_s if primary_e2e else None,
+        )
+
+    @property
+    def bounds(self) -> SloBounds:
+        """What a request of this task may state for itself."""
+        return self.slo_bounds if self.slo_bounds is not None else SloBounds.around(self.slo)
+
+    def with_slo(self, slo: Slo) -> TaskType:
+        """This task with another SLO (in parts), its primary part rederived."""
+        body = self.model_dump(exclude={"sla_s", "sla_kind", "ttft_s", "tpot_s", "e2e_s"})
+        return TaskType(**body, ttft_s=slo.ttft_s, tpot_s=slo.tpot_s, e2e_s=slo.e2e_s)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _primary(cls, data: Any) -> Any:
+        """Derive ``sla_s`` / ``sla_kind`` from the parts, or the part they name from
+        them (a configuration of before), and refuse the two when they disagree."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        parts = {p: data.get(f"{p}_s") for p in ("ttft", "tpot", "e2e")}
+        sla, kind = data.get("sla_s"), data.get("sla_kind")
+        if sla is None:
+            if parts["e2e"] is not None:
+                derived = (parts["e2e"], "e2e")
+            elif parts["ttft"] is not None:
+                derived = (parts["ttft"], "ttft")
+            elif parts["tpot"] is not None:
+                derived = (math.inf, "e2e")
+            else:
+                raise ValueError("a task states at least one of ttft_s, tpot_s and e2e_s")
+            if kind is not None and kind != derived[1]:
+                raise ValueError(f"sla_kind {kind!r} names no part this task states")
+            data["sla_s"], data["sla_kind"] = derived
+            return data
+        kind = kind or "e2e"
+        named = parts.get(kind) if kind in ("e2e", "ttft") else None
+        if named is not None and named != sla:
+            raise ValueError(f"sla_s ({sla}) and {kind}_s ({named}) disagree")
+        if kind == "ttft" and parts["e2e"] is not None:
+            raise ValueError("a task that states e2e_s races its whole answer: sla_kind e2e")
+        return data
+
     @model_validator(mode="after")
     def _cap_covers_mean(self) -> TaskType:
         if self.max_tokens < self.mean_output_tokens:
@@ -58,7 +130,7 @@ class TaskType(BaseModel):
                 f"max_tokens ({self.max_tokens}) is below mean_output_tokens "
                 f"({self.mean_output_tokens})"
             )
-        if self.useful_s is not None and self.useful_s < self.sla_s:
+        if self.useful_s is not None and self.useful_s < self.sla_s < math.inf:
             raise ValueError(f"useful_s ({self.useful_s}) is below sla_s ({self.sla_s})")
         return self
 

@@ -9,6 +9,7 @@ does); it also says when a running request will have freed its slot.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -127,7 +128,8 @@ class Bookkeeping(SpeedModel):
         self._at_admit[req.id] = (self._clock, self._area)
         if tier is Tier.HIGH:
             self._high_running += 1
-            if req.sla_kind == "e2e":  # what one more sequence can cost (_exposure)
+            e2e = req.sla_kind == "e2e" and req.deadline < math.inf
+            if e2e or req.pace:  # what one more sequence can cost it (_exposure)
                 self._live.add(
                     req.id,
                     deadline=req.deadline,
@@ -136,6 +138,8 @@ class Bookkeeping(SpeedModel):
                     tokens=float(req.tokens),
                     limit=float(req.tokens if req.exact else req.cap or MAX_TOKENS),
                     key=None if req.exact else (req.task, req.dist),
+                    e2e=e2e,
+                    pace=req.pace,
                 )
             # Recorded once, as the paper does: what this request needs from now on.
             req.required_speed = req.required_speed_at(now)

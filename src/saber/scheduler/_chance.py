@@ -20,6 +20,7 @@ For a running request, the length is conditioned on what it has already made
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -97,7 +98,7 @@ class _Effective:
         return float(np.interp(pos, np.arange(len(self.cdf)), self.cdf, left=0.0, right=1.0))
 
 
-Kind = tuple[str, int, "int | None", int, bool, object, float]
+Kind = tuple[str, int, "int | None", int, bool, object, float, object]
 """``SchedRequest.kind``: task, expected tokens, cap, floor, whether tokens is exact, and
 the distribution its length follows (the task's, or a conditioned one), its prefill."""
 
@@ -111,22 +112,22 @@ def rounded_sigma(sigma: float) -> float:
 class Needs:
     """Quantiles and chances of the effective length per kind of request, cached until
     the kind's length distribution or the (rounded) spread changes. Kinds that differ
-    only in their prefill share one distribution. At most CACHED of each are kept (a
+    only in their prefill or their SLO share one distribution. At most CACHED of each are kept (a
     gateway that sees many kinds, such as many exact lengths, starts afresh)."""
 
     CACHED = 4096
 
     def __init__(self) -> None:
-        self._dists: dict[Kind, tuple[int, float, _Effective]] = {}
-        self._quantiles: dict[tuple[Kind, float], tuple[int, float, float]] = {}
+        self._dists: dict[Hashable, tuple[int, float, _Effective]] = {}
+        self._quantiles: dict[tuple[Hashable, float], tuple[int, float, float]] = {}
 
     def _dist(self, kind: Kind, est: LengthEstimate | None, sigma: float) -> _Effective:
         version = -1 if est is None else est.version
-        key = (*kind[:6], 0.0)  # the prefill does not change the length's distribution
+        key = _shared(kind)
         hit = self._dists.get(key)
         if hit is not None and hit[0] == version and hit[1] == sigma:
             return hit[2]
-        _, tokens, cap, floor, exact, _, _ = kind
+        _, tokens, cap, floor, exact, _, _, _ = kind
         known = tokens if exact or est is None else None  # a certain length
         dist = _Effective(None if known else est, known, cap, floor, sigma)
         if len(self._dists) >= self.CACHED:
@@ -138,7 +139,7 @@ class Needs:
         """The work (tokens, in units of the predicted speed x time) a request of this
         kind needs to finish with chance ``p``; ``sigma`` rounded (``rounded_sigma``)."""
         version = -1 if est is None else est.version
-        key = ((*kind[:6], 0.0), p)
+        key = (_shared(kind), p)
         hit = self._quantiles.get(key)
         if hit is not None and hit[0] == version and hit[1] == sigma:
             return hit[2]
@@ -157,6 +158,11 @@ class Needs:
     def forget(self) -> None:
         self._dists.clear()
         self._quantiles.clear()
+
+
+def _shared(kind: Kind) -> Hashable:
+    """What of a kind its length's distribution depends on: not its prefill nor its SLO."""
+    return kind[:6]
 
 
 def running_chance(
@@ -190,6 +196,11 @@ def running_chance(
         done = np.where(live, (est.cdf(reach) - before) / alive, 1.0)
         out += w * np.where(reach >= limit, 1.0, done)
     return np.where(budget > 0, out, 0.0)
+
+
+def normal_cdf_scalar(z: float) -> float:
+    """The standard normal's CDF at one point."""
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
 
 
 def normal_cdf(z: np.ndarray) -> np.ndarray:

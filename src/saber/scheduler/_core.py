@@ -194,11 +194,11 @@ class Scheduler(Placing):
         req = self._running.get(req_id)
         if req is not None and (req.generated is None or tokens > req.generated):
             req.generated = tokens
-            self._live.progress(req_id, tokens, tokens > 0)
             if tokens > 0 and req.first_token_at is None:
                 req.first_token_at = now
                 if req.admitted_at is not None:  # always, for a running request
                     self._first_wait = now - req.admitted_at
+            self._live.progress(req_id, tokens, req.first_token_at)
 
     def finish(
         self,

@@ -17,7 +17,7 @@ import numpy as np
 
 from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._bookkeeping import Bookkeeping
-from saber.scheduler._chance import Needs
+from saber.scheduler._chance import Needs, normal_cdf, normal_cdf_scalar
 from saber.scheduler._lengths import LengthEstimate
 from saber.scheduler._request import SchedRequest
 
@@ -51,10 +51,23 @@ class Future:
 
 
 NO_FUTURE = Future(1.0)
-Running = tuple[np.ndarray, np.ndarray, np.ndarray | None] | None
-"""What one more sequence costs each running request, its seconds left, and the chance it
-loses per second its decoding is put off (a newcomer's prefill: None when not counted)
-(``_exposure``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Exposure:
+    """What one more sequence costs the running requests (``_exposure``): per entry (a
+    running request's deadline, or its pace), the chance lost were the newcomer to run
+    all the time it has left, and that time; per deadline, the chance lost per second
+    its decoding is put off (a newcomer's prefill; None when not counted); and which
+    entries are paces (None: none are)."""
+
+    lost: np.ndarray
+    left: np.ndarray
+    slope: np.ndarray | None = None
+    paced: np.ndarray | None = None
+
+
+Running = Exposure | None
 
 
 class Costs(Bookkeeping):
@@ -81,6 +94,24 @@ class Costs(Bookkeeping):
             req.kind, self.lengths.estimate(req.task, req.dist), budget, self._sigma
         )
 
+    def _pace_chance(self, req: SchedRequest, speed: float) -> float:
+        """P(``req``'s tokens after its first come at least at its ``pace``) at the
+        calibrated per-request ``speed`` (1 without a TPOT limit): its decoding's pace
+        strays from the prediction by the speed's lognormal spread."""
+        if req.pace <= 0.0:
+            return 1.0
+        return normal_cdf_scalar(math.log(self._decode_pace(speed) / req.pace) / self._sigma)
+
+    def _decode_pace(self, speed: float) -> float:
+        """The pace of a request's tokens after its first at per-request ``speed`` (a
+        speed over its whole time, prefill included, as f(L) is profiled): faster by the
+        prefill f(L) counts per token, where the profile measured it."""
+        if self._prefill is None:
+            return speed
+        per_token, per_output = self._prefill
+        decode = 1.0 / speed - per_token * per_output
+        return 1.0 / decode if decode > 0.0 else speed
+
     def _future(self, now: float, speed: float) -> Future:
         """The requests still to come, per task of the recent mix: one more sequence
         slows every one that arrives while it runs, for as long as both run, and
@@ -93,10 +124,15 @@ class Costs(Bookkeeping):
         terms = []
         for task, share in self._arrivals.mix(now).items():
             probe = self._arrivals.last.get(task)
-            if probe is None or probe.sla_kind != "e2e" or probe.tokens <= 0:
+            if probe is None or probe.tokens <= 0 or (probe.sla_kind != "e2e" and not probe.pace):
                 continue
-            sla = probe.due - probe.arrival
-            lost = self._chance(probe, speed * sla) - self._chance(probe, v2 * sla)
+            pace = self._pace_chance(probe, speed) - self._pace_chance(probe, v2)
+            if probe.sla_kind == "e2e":
+                sla = probe.due - probe.arrival
+                ahead = self._chance(probe, speed * sla) * self._pace_chance(probe, speed)
+                lost = ahead - self._chance(probe, v2 * sla) * self._pace_chance(probe, v2)
+            else:
+                lost = pace
             if lost > 0:
                 terms.append((rate * share * lost, probe.tokens / speed))
         return Future(self._arrivals.age(now), tuple(terms))
@@ -109,68 +145,118 @@ class Costs(Bookkeeping):
         future: Future,
         start: float = 0.0,
         delay: float = 0.0,
+        paces: bool = False,
     ) -> float:
         """``start`` plus what one sequence of ``req`` running at ``speed`` from
         ``delay`` s on costs, in requests on schedule: the loss ``running`` to the
         running requests (those that end within the delay lose nothing) and that to the
         requests arriving while it runs (``future``). Its prefill beyond what f(L)
-        counts (``prefill_s``) puts off every running request's decoding by as much."""
+        counts (``prefill_s``) puts off every running request's decoding by as much.
+        ``paces``: the running requests' paces alone."""
         runs = req.tokens / speed + req.prefill_s
         p = start
-        if running is not None and running[0].size:
-            lost, left, slope = running
+        if running is not None and running.lost.size:
+            lost, left = running.lost, running.left
+            if paces:
+                if running.paced is None:
+                    return p
+                lost, left = lost[running.paced], left[running.paced]
             if delay:
                 share = np.minimum(runs, np.maximum(left - delay, 0.0)) / left
             else:
                 share = np.minimum(1.0, runs / left)
             p += float(np.sum(lost * share))
-            if slope is not None and req.prefill_s > 0.0:
+            slope = running.slope
+            if slope is not None and req.prefill_s > 0.0 and not paces:
                 hit = np.minimum(slope * req.prefill_s, 1.0)
-                p += float(np.sum(hit[left > delay]) if delay else np.sum(hit))
-        return p + future.loss(runs, delay)
+                p += float(np.sum(hit[running.left > delay]) if delay else np.sum(hit))
+        return p if paces else p + future.loss(runs, delay)
 
     def _loss(self, now: float, extra: int, runs: float = math.inf) -> float:
         """Requests on schedule that ``extra`` more sequences, running ``runs`` seconds,
         are expected to cost the running ones (``_exposure``)."""
-        lost, left, _ = self._exposure(now, extra)
-        return float(np.sum(lost * np.minimum(1.0, runs / left))) if lost.size else 0.0
+        exposure = self._exposure(now, extra)
+        if exposure is None:
+            return 0.0
+        return float(np.sum(exposure.lost * np.minimum(1.0, runs / exposure.left)))
 
-    def _exposure(self, now: float, extra: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def _exposure(self, now: float, extra: int) -> Running:
         """What ``extra`` more sequences would cost each running HPQ request: its chance
         at f(L) less its chance at f(L + extra), were they to run until its deadline,
         and the seconds to its deadline. A newcomer that ends sooner costs that share
         of it: the requests it can cost are those finishing about at their deadline.
-        Behind several gateways, each of these also stands for the requests the others
-        run here (``set_elsewhere``), whose deadlines this one does not know. With the
-        prefill counted, also each one's loss per second its decoding is put off (at
+        A running request with a TPOT limit may lose its pace as well: the chance that
+        its tokens to come keep its mean time per token within the limit, given the
+        pace it has kept so far, over the time it has left to run. Behind several
+        gateways, each of these also stands for the requests the others run here
+        (``set_elsewhere``), whose deadlines this one does not know. With the prefill
+        counted, also each deadline's loss per second its decoding is put off (at
         f(L + extra), over a quarter of its time left)."""
-        empty = np.zeros(0)
         v0 = self.predicted_speed(self._load)
         v1 = self.predicted_speed(self._load + extra)
         prefill = self._prefill is not None
         run = self._live
-        if (v1 >= v0 and not prefill) or not self._load or not len(run):
-            return empty, empty, None
-        left_all = run.due - now  # before its first token its prefill is still to come
-        live = run.live & (left_all > 0.0)
-        if not live.any():
-            return empty, empty, None
-        left = left_all[live]
-        made = run.made[live]
-        guess = np.isnan(made)  # no progress reported: the token clock
+        if not self._load or not len(run):
+            return None
+        made_all = run.made
+        guess = np.isnan(made_all) & run.live  # no progress reported: the token clock
         if guess.any():
             clock = self._clock_now(now)
-            made = np.where(guess, self.calibration * (clock - run.clock[live]), made)
-        made = np.maximum(made, 0.0)
-        run.refresh(live, self._estimate_of)
-        budgets = [v0 * left, v1 * left]
-        if prefill:
-            budgets.append(v1 * left * 0.75)
-        chances = run.chances(live, made, np.stack(budgets), self._cal.sigma)
-        lost = np.maximum(chances[0] - chances[1], 0.0)
+            made_all = np.where(guess, self.calibration * (clock - run.clock), made_all)
+        made_all = np.maximum(np.nan_to_num(made_all), 0.0)
         others = (self._load + self._seen_elsewhere) / self._load
-        slope = (chances[1] - chances[2]) / (0.25 * left) * others if prefill else None
-        return lost * others, left, slope
+        losts: list[np.ndarray] = []
+        lefts: list[np.ndarray] = []
+        slopes: list[np.ndarray] = []
+        left_all = run.due - now  # before its first token its prefill is still to come
+        live = run.live & run.e2e & (left_all > 0.0)
+        if live.any() and (v1 < v0 or prefill):
+            left = left_all[live]
+            run.refresh(live, self._estimate_of)
+            budgets = [v0 * left, v1 * left]
+            if prefill:
+                budgets.append(v1 * left * 0.75)
+            chances = run.chances(live, made_all[live], np.stack(budgets), self._cal.sigma)
+            losts.append(np.maximum(chances[0] - chances[1], 0.0))
+            lefts.append(left)
+            if prefill:
+                slopes.append((chances[1] - chances[2]) / (0.25 * left))
+        deadlines = sum(x.size for x in losts)
+        paced = run.live & (run.pace > 0.0)
+        if paced.any() and v1 < v0:
+            lost, left = self._pace_exposure(now, paced, made_all[paced], v0, v1)
+            losts.append(lost)
+            lefts.append(left)
+            slopes.append(np.zeros_like(lost))  # a prefill's pause barely moves a mean pace
+        if not losts:
+            return None
+        lost, left = np.concatenate(losts) * others, np.concatenate(lefts)
+        slope = np.concatenate(slopes) * others if prefill else None
+        mask = None
+        if lost.size > deadlines:
+            mask = np.arange(lost.size) >= deadlines
+        return Exposure(lost, left, slope, mask)
+
+    def _pace_exposure(
+        self, now: float, paced: np.ndarray, made: np.ndarray, v0: float, v1: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each paced running request's chance of keeping its TPOT limit at f(L) less at
+        f(L + 1), and the seconds it has left to run. Its tokens to come (its expected
+        length less what it made, at least one) must come within what its limit allows
+        for its whole answer less the time its tokens after the first have taken so
+        far; the pace they come at strays from the predicted by the speed's spread."""
+        run = self._live
+        rest = np.maximum(run.tokens[paced] - made, 1.0)
+        since = run.first_at[paced]
+        spent = np.where(np.isnan(since), 0.0, now - np.nan_to_num(since))
+        allowed = (made + rest - 1.0) / run.pace[paced] - spent
+        ok = allowed > 0.0
+        need = rest / np.where(ok, allowed, 1.0)
+        sigma = max(self._sigma, 1e-6)
+        d0, d1 = self._decode_pace(v0), self._decode_pace(v1)
+        kept0 = normal_cdf(np.log(d0 / need) / sigma)
+        kept1 = normal_cdf(np.log(d1 / need) / sigma)
+        return np.where(ok, np.maximum(kept0 - kept1, 0.0), 0.0), rest / d0
 
     def _estimate_of(self, key: Hashable) -> LengthEstimate | None:
         """The distribution a running request's key names (``Bookkeeping._start``)."""

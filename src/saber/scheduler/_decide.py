@@ -27,6 +27,11 @@ WAIT_SHARES = (0.125, 0.25, 0.5)
 left (``_better_later``): shares of its own slack, so the same on any engine."""
 
 
+def _step_up(p: float) -> float:
+    """``p`` rounded up to CHANCE_STEP, so that its quantiles are cached."""
+    return math.ceil(p / CHANCE_STEP - 1e-9) * CHANCE_STEP
+
+
 class Decide(Costs):
     """Admission, demotion and expiry, from the chance of finishing in time or the mean.
 
@@ -47,36 +52,53 @@ class Decide(Costs):
     # -- when a waiting request is due -----------------------------------
 
     def _demotion_time(self, req: SchedRequest) -> float:
+        """When ``req`` can no longer meet its SLO even at f(1): now, if its pace cannot;
+        else when its first token, or its answer, could no longer be in time."""
+        best = self.max_speed
+        pace = self._pace_chance(req, best)
+        if pace < self.policy.demote_below:
+            return req.arrival
         if req.sla_kind == "ttft":
-            return req.deadline - self._ttft(req.task, 1)
+            return req.deadline - self._ttft_of(req, 1)
         if self.policy.decide == "chance":
             # The chance at f(1) falls below demote_below at this t.
-            return req.due - self._need(req, self.policy.demote_below) / self.max_speed
-        # required speed tokens / (deadline - t) reaches f(1) at this t.
-        return req.due - req.tokens / self.max_speed
+            p = min(_step_up(self.policy.demote_below / pace), 1.0 - CHANCE_STEP)
+            t = req.due - self._need(req, p) / best
+        else:  # required speed tokens / (deadline - t) reaches f(1) at this t.
+            t = req.due - req.tokens / best
+        if req.first_by < math.inf:  # or its first token could no longer be in time
+            t = min(t, req.first_by - self._ttft_of(req, 1))
+        return t
 
     def chance_of(self, req: SchedRequest, now: float, load: float) -> float:
-        """P(``req`` finishes by its deadline) if it ran from ``now`` at the calibrated
-        f(``load``): its kind's effective length (``saber.scheduler._chance``). What the
-        default policy decides with; ``docs/admission.md`` draws it."""
-        return self._chance(req, self.predicted_speed(load) * (req.due - now))
+        """P(``req`` meets its SLO) if it ran from ``now`` at the calibrated f(``load``):
+        its kind's effective length (``saber.scheduler._chance``) against its time left,
+        its pace against its TPOT limit, and its first token against its TTFT limit.
+        What the default policy decides with; ``docs/admission.md`` draws it."""
+        speed = self.predicted_speed(load)
+        if req.first_by < math.inf and now + self._ttft_of(req, int(load)) > req.first_by:
+            return 0.0
+        return self._chance(req, speed * (req.due - now)) * self._pace_chance(req, speed)
 
-    def _earliest_deadline(self, task: str, tokens: int, now: float, speed: float) -> float:
-        """The earliest deadline with which a request of ``task`` expecting ``tokens``
-        can be admitted now, at per-request speed ``speed`` (that of L + 1)."""
-        if self._kinds.get(task) != "ttft":
-            return now + tokens / speed
-        first = now + self._ttft(task, self.load + 1)
-        known = self.tasks.get(task)
+    def _first_token_rule(self, req: SchedRequest, now: float, speed: float) -> float:
+        """The earliest deadline with which ``req`` can be admitted now, at per-request
+        speed ``speed`` (that of L + 1): for a TTFT deadline, its first token in time
+        and, with a ``useful_s``, its whole answer by then; else its answer at that
+        speed."""
+        if req.sla_kind != "ttft":
+            return now + req.tokens / speed
+        first = now + self._ttft_of(req, self.load + 1)
+        known = self.tasks.get(req.task)
         if known is None or known.useful_s is None:
             return first
-        # The whole answer by arrival + useful_s, i.e. by deadline + (useful_s - sla_s).
-        return max(first, now + tokens / speed - (known.useful_s - known.sla_s))
+        # The whole answer by arrival + useful_s, i.e. by deadline + (useful_s - its TTFT).
+        useful_after = known.useful_s - (req.deadline - req.arrival)
+        return max(first, now + req.tokens / speed - useful_after)
 
     def _passes(self, req: SchedRequest, now: float, speed: float) -> bool:
         """Line 10's first half: the newcomer itself can make its deadline at L + 1."""
         if req.sla_kind == "ttft":
-            return req.deadline >= self._earliest_deadline(req.task, req.tokens, now, speed)
+            return req.deadline >= self._first_token_rule(req, now, speed)
         return speed >= req.required_speed_at(now)
 
     def _expiry_time(self, req: SchedRequest) -> float | None:
@@ -113,7 +135,7 @@ class Decide(Costs):
             if kind[0] != task:
                 continue
             req = SchedRequest("", task, 0.0, 0.0, kind[1], kind[2], kind[3], kind[4])
-            req.dist, req.prefill_s = kind[5], kind[6]
+            req.dist = kind[5]
             if self._need(req, self.policy.demote_below) > (1.0 + REBUILD_AT) * need:
                 return True
         return False
@@ -241,8 +263,13 @@ class Decide(Costs):
         if req.sla_kind != "e2e" or slack <= 0:
             return False
 
+        pace = self._pace_chance(req, speed)
+        first = now + self._ttft_of(req, self._load + 1) if req.first_by < math.inf else -math.inf
+
         def worth(delay: float) -> float:
-            chance = self._chance(req, speed * (slack - delay)) ** req.seqs
+            if first + delay > req.first_by:
+                return -math.inf  # its first token would be late
+            chance = (self._chance(req, speed * (slack - delay)) * pace) ** req.seqs
             return chance - self._cost(req, speed, running, future, delay=delay) * req.seqs
 
         now_worth = worth(0.0) + CHANCE_STEP
@@ -263,19 +290,29 @@ class Decide(Costs):
         ``running`` to the running requests plus that to the requests arriving while it
         runs (``future``, ``saber.scheduler._costs.overlap``)."""
         if req.sla_kind == "ttft":
-            return self._earliest_deadline(req.task, req.tokens, now, speed)
+            first = self._first_token_rule(req, now, speed)
+            if req.pace:  # its own pace against what it costs the running ones' paces
+                cost = self._cost(req, speed, running, NO_FUTURE, -credit, paces=True)
+                if self._pace_chance(req, speed) < max(cost * req.seqs, floor):
+                    return math.inf
+            return first
         p = max(self._cost(req, speed, running, future, -credit) * req.seqs, floor)
-        if p > 1.0 - CHANCE_STEP:
+        pace = self._pace_chance(req, speed)
+        if p > pace * (1.0 - CHANCE_STEP):
             return math.inf  # it cannot win more than it costs
-        if p <= 0.0:
-            return -math.inf
-        p = math.ceil(p / CHANCE_STEP) * CHANCE_STEP
-        return now + self._need(req, p) / speed
+        earliest = -math.inf if p <= 0.0 else now + self._need(req, _step_up(p / pace)) / speed
+        if req.first_by < math.inf:  # and its first token by its TTFT limit
+            earliest = max(
+                earliest, now + self._ttft_of(req, self._load + 1) + req.due - req.first_by
+            )
+        return earliest
 
     def _worth(self, req: SchedRequest, now: float) -> bool:
         """A request of several sequences, judged at the load it brings."""
         speed = self.predicted_speed(self._load + req.seqs)
-        chance = self._chance(req, speed * (req.due - now)) ** req.seqs
+        chance = (
+            self._chance(req, speed * (req.due - now)) * self._pace_chance(req, speed)
+        ) ** req.seqs
         floor = self.policy.demote_below
         loss = self._loss(now, req.seqs) if self.policy.gain and self._load else 0.0
         return chance >= max(floor, loss)
@@ -303,9 +340,7 @@ class Decide(Costs):
         if predicted < protected:
             return None  # admitting anyone would break a running request's SLA
         if self.policy.order == "deadline":
-            req = self._hpq.most_urgent_passing(
-                lambda r: self._earliest_deadline(r.task, r.tokens, now, predicted)
-            )
+            req = self._hpq.most_urgent_passing(lambda r: self._first_token_rule(r, now, predicted))
             if req is None or not self._within_budget(req.seqs):
                 return None
             self._hpq.remove(req.id)

@@ -95,11 +95,13 @@ class Placing(Decide):
         load = self._load + req.seqs
         speed = self.predicted_speed(load)
         if req.sla_kind == "ttft":
-            ok = req.deadline >= self._earliest_deadline(req.task, req.tokens, now, speed)
-            chance = 1.0 if ok else 0.0
+            ok = req.deadline >= self._first_token_rule(req, now, speed)
+            chance = self._pace_chance(req, speed) if ok else 0.0
         else:
             left = max(req.due - now - self.first_token_wait, 0.0)
-            chance = self._chance(req, speed * left) ** req.seqs
+            on_time = req.first_by == math.inf or now + self._ttft_of(req, load) <= req.first_by
+            chance = self._chance(req, speed * left) * self._pace_chance(req, speed) * on_time
+            chance **= req.seqs
         if not self._load or self.policy.decide != "chance":
             return chance
         running, future = self._costs_now(now, speed)

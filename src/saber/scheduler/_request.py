@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from saber.config import TaskType
+from saber.config import Slo, TaskType
 from saber.scheduler._conditioned import NOTHING, Carried
 from saber.scheduler._task_lengths import Dist, TaskLengths
 
@@ -64,8 +64,9 @@ class Action(StrEnum):
 
 
 # What a request's chance of finishing in time depends on besides time and speed:
-# (task, tokens, cap, floor, exact, the distribution its length follows, its prefill).
-Kind = tuple[str, int, int | None, int, bool, Dist, float]
+# (task, tokens, cap, floor, exact, the distribution its length follows, its prefill,
+# its SLO's shape: deadline - arrival, first-token deadline - deadline, pace floor).
+Kind = tuple[str, int, int | None, int, bool, Dist, float, tuple[float, float, float]]
 
 
 @dataclass(slots=True, eq=False)
@@ -90,8 +91,13 @@ class SchedRequest:
     # Sequences it runs at the backend: n (or best_of) completions for each prompt of a
     # list. Each occupies a slot and makes its own ``tokens``.
     seqs: int = 1
-    # "ttft": the deadline is for the first token, not the last (the task's sla_kind).
+    # "ttft": the deadline is for the first token, not the last (its SLO's primary part).
     sla_kind: str = "e2e"
+    # Its SLO's other parts: its first token by ``first_by`` (a TTFT limit beside an e2e
+    # one; inf: none), and each token after the first at ``pace`` tokens/s at least
+    # (1 / its TPOT limit; 0: none).
+    first_by: float = math.inf
+    pace: float = 0.0
     tier: Tier = Tier.HIGH
     admitted_at: float | None = None
     demoted_at: float | None = None
@@ -125,6 +131,7 @@ class SchedRequest:
             self.exact,
             self.dist,
             self.prefill_s,
+            (self.deadline - self.arrival, self.first_by - self.deadline, self.pace),
         )
 
     @property
@@ -169,12 +176,16 @@ def request_for(
     prompt_bytes: int | None = None,
     prompt_tokens: int | None = None,
     fingerprint: str | None = None,
+    slo: Slo | None = None,
 ) -> SchedRequest:
     """The one way a request becomes scheduler input, in the gateway and the simulator
     alike; they pass the scheduler's ``lengths``, which it learns.
 
-    The deadline is ``arrival`` plus the task's SLA (for its last token, or for its
-    first with a TTFT SLA). ``tokens`` is what the request
+    Its SLO is its task's, each part ``slo`` states replacing the task's (a request's
+    own limits, already checked against the task's bounds): its deadline is ``arrival``
+    plus its e2e limit, else its TTFT limit (``sla_kind`` "ttft"), else none; a TTFT
+    limit beside an e2e one is ``first_by``, a TPOT limit its ``pace``. ``tokens`` is
+    what the request
     will generate when the caller knows it (the paper's oracle set-up); otherwise the
     expected length of the task's answers (``lengths``, else the configured one),
     bounded by the client's ``max_tokens`` and raised to its ``min_tokens`` (vLLM
@@ -200,21 +211,46 @@ def request_for(
     dist = None if exact else lengths.pick(task.name, carried)
     if tokens is None:
         tokens = lengths.expected(task, max_tokens, min_tokens, dist)
+    deadline, sla_kind, first_by, pace = _slo_times(task, slo, arrival)
     return SchedRequest(
         id=id,
         task=task.name,
         arrival=arrival,
-        deadline=arrival + task.sla_s,
+        deadline=deadline,
         tokens=max(tokens, 1),
         cap=max_tokens if max_tokens else None,
         floor=min_tokens,
         exact=exact,
         seqs=seqs,
-        sla_kind=task.sla_kind,
+        sla_kind=sla_kind,
+        first_by=first_by,
+        pace=pace,
         affinity=affinity,
         carried=carried,
         dist=dist,
     )
+
+
+def _slo_times(
+    task: TaskType, override: Slo | None, arrival: float
+) -> tuple[float, str, float, float]:
+    """(deadline, its kind, first-token deadline, pace floor) of a request of ``task``."""
+    if override is None or not override.parts:
+        slo = task.slo
+        if math.isinf(task.sla_s):  # only a pace: no deadline
+            return math.inf, "e2e", math.inf, 1.0 / slo.tpot_s if slo.tpot_s else 0.0
+        deadline, kind = arrival + task.sla_s, task.sla_kind
+    else:
+        slo = task.slo.merged(override)
+        if slo.e2e_s is not None:
+            deadline, kind = arrival + slo.e2e_s, "e2e"
+        elif slo.ttft_s is not None:
+            deadline, kind = arrival + slo.ttft_s, "ttft"
+        else:
+            deadline, kind = math.inf, "e2e"
+    first_by = arrival + slo.ttft_s if kind == "e2e" and slo.ttft_s is not None else math.inf
+    pace = 1.0 / slo.tpot_s if slo.tpot_s is not None else 0.0
+    return deadline, kind, first_by, pace
 
 
 _CONFIGURED = TaskLengths()

@@ -69,10 +69,10 @@ class Distributions:
 
 
 class RunningSet:
-    """Running requests with an end-to-end deadline, admitted from the HPQ: a slot each
-    in arrays of what their chance of finishing in time depends on."""
+    """Running requests admitted from the HPQ with an end-to-end deadline or a pace (a
+    TPOT limit): a slot each in arrays of what their chance of meeting them depends on."""
 
-    FIELDS = ("deadline", "due", "made", "clock", "tokens", "limit", "kid")
+    FIELDS = ("deadline", "due", "made", "clock", "tokens", "limit", "kid", "pace", "first_at")
 
     def __init__(self) -> None:
         self._slot: dict[str, int] = {}
@@ -90,6 +90,9 @@ class RunningSet:
         self.limit = np.zeros(size)  # its cap; its length, if exact
         self.kid = np.zeros(size, dtype=np.int64)  # its distribution's id; -1: certain
         self.row = np.zeros(0, dtype=np.int64)  # rows of the live slots, at ``refresh``
+        self.pace = np.zeros(size)  # tokens/s its TPOT limit asks for; 0: none
+        self.first_at = np.zeros(size)  # when its first token came; NaN: not yet
+        self.e2e = np.zeros(size, dtype=bool)  # it races an end-to-end deadline
         self.live = np.zeros(size, dtype=bool)
         self.dists = Distributions()
 
@@ -109,9 +112,12 @@ class RunningSet:
         tokens: float,
         limit: float,
         key: Hashable | None,
+        e2e: bool = True,
+        pace: float = 0.0,
     ) -> None:
         """A request starts; ``key`` names the distribution its length follows (None:
-        its length is taken as certain)."""
+        its length is taken as certain); ``e2e``: it races an end-to-end deadline;
+        ``pace``: its TPOT limit's tokens/s (0: none)."""
         if not self._free:
             self._grow()
         slot = self._free.pop()
@@ -123,6 +129,9 @@ class RunningSet:
         self.clock[slot] = clock
         self.tokens[slot] = tokens
         self.limit[slot] = limit
+        self.e2e[slot] = e2e
+        self.pace[slot] = pace
+        self.first_at[slot] = math.nan
         self.live[slot] = True
 
     def _use(self, key: Hashable) -> int:
@@ -138,13 +147,16 @@ class RunningSet:
         hit[1] += 1
         return hit[0]
 
-    def progress(self, req_id: str, tokens: int, first: bool) -> None:
-        """It has made ``tokens``; ``first``: its first token came (its prefill is done)."""
+    def progress(self, req_id: str, tokens: int, first_at: float | None) -> None:
+        """It has made ``tokens``, the first of them at ``first_at`` (None: none yet);
+        once it has, its prefill is done."""
         slot = self._slot.get(req_id)
         if slot is not None:
             self.made[slot] = tokens
-            if first:
+            if first_at is not None:
                 self.due[slot] = self.deadline[slot]
+                if math.isnan(self.first_at[slot]):
+                    self.first_at[slot] = first_at
 
     def remove(self, req_id: str) -> None:
         slot = self._slot.pop(req_id, None)
@@ -182,6 +194,7 @@ class RunningSet:
             old = getattr(self, name)
             setattr(self, name, np.concatenate((old, np.zeros(grown - size, dtype=old.dtype))))
         self.live = np.concatenate((self.live, np.zeros(grown - size, dtype=bool)))
+        self.e2e = np.concatenate((self.e2e, np.zeros(grown - size, dtype=bool)))
         self._free = list(range(grown - 1, size - 1, -1))
 
     def chances(

@@ -184,12 +184,16 @@ class SpeedModel:
         an engine that seemed slow while busy is not predicted too slow when idle."""
         return max(self.calibration * self._f1_raw, self._cal.fastest)
 
-    def _ttft(self, task: str, load: int) -> float:
-        """Predicted time to first token of a request of ``task`` at ``load``."""
+    def _ttft_of(self, req: SchedRequest, load: int) -> float:
+        """Predicted time to first token of ``req`` at ``load``: the TTFT fit at its
+        prompt's size (its task's mean prompt where that is not known); without a fit,
+        one token at f(L)."""
         if self._ttft_fn is None:
             return 1.0 / self.predicted_speed(load)
-        known = self.tasks.get(task)
-        prompt = known.mean_input_tokens if known is not None else 0
+        prompt = req.carried.prompt_tokens
+        if prompt is None:
+            known = self.tasks.get(req.task)
+            prompt = known.mean_input_tokens if known is not None else 0
         return float(self._ttft_fn(prompt, load))
 
     # -- learning from what finished (beyond the paper) -----------------
