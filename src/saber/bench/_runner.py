@@ -14,7 +14,7 @@ from saber.bench._pool import parallel_map
 from saber.config import TaskType, Workload
 from saber.engine import Engine, EnginePreset, EngineRequest, get_preset
 from saber.scheduler import Policy, Scheduler, TTFTFn
-from saber.sim import SimRecord, SimResult, simulate
+from saber.sim import SimRecord, SimResult, judged_by, own_slo, simulate
 from saber.speed import SpeedModel
 from saber.workload import TraceRequest, generate_trace
 
@@ -57,7 +57,12 @@ def refused_share(result: SimResult) -> float:
 def rescore(records: Sequence[SimRecord], tasks: Mapping[str, TaskType]) -> list[SimRecord]:
     """Records judged by ``tasks``' SLAs, whatever the run was scheduled by."""
     return [
-        dataclasses.replace(r, sla_s=tasks[r.task].sla_s, sla_kind=tasks[r.task].sla_kind)
+        dataclasses.replace(
+            r,
+            sla_s=tasks[r.task].sla_s,
+            sla_kind=tasks[r.task].sla_kind,
+            slo=judged_by(tasks[r.task]),
+        )
         for r in records
     ]
 
@@ -80,7 +85,7 @@ def serve_alone(
     tells a gain the gateway misses from one that is not there."""
     records = []
     for r in trace:
-        first, last = _alone(preset, r.prompt_tokens, r.output_tokens)
+        first, last = alone_times(preset, r.prompt_tokens, r.output_tokens)
         task = tasks[r.task]
         records.append(
             SimRecord(
@@ -97,13 +102,16 @@ def serve_alone(
                 demoted=False,
                 rejected=False,
                 sla_kind=task.sla_kind,
+                slo=judged_by(task, own_slo(r)),
             )
         )
     return SimResult(records)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _alone(preset: EnginePreset, prompt_tokens: int, output_tokens: int) -> tuple[float, float]:
+def alone_times(
+    preset: EnginePreset, prompt_tokens: int, output_tokens: int
+) -> tuple[float, float]:
     """Seconds from arrival to the first and the last token on an idle engine. Cached:
     a seed draws the same lengths at every load, so the matrix asks again and again."""
     engine = Engine(preset)

@@ -21,6 +21,7 @@ from pathlib import Path
 from rich.console import Console
 
 from saber.bench._args import check_variants, csv
+from saber.bench._goodput import goodput_argument, goodput_tasks
 from saber.bench._grid import (
     OPTIONS,
     PAPER_BATCH_SIZES,
@@ -86,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--requests", type=int, help="requests per run (default 100, as the paper)")
     sim.add_argument("--window-size", type=int, help="SABER's window (default 8)")
     sim.add_argument("--preset", choices=sorted(PRESETS), help="engine preset (default paper)")
+    sim.add_argument(
+        "--goodput",
+        type=goodput_argument,
+        metavar='"ttft:MS tpot:MS e2el:MS"',
+        help="SLOs as vLLM's benchmark takes them, for every task in place of its own "
+        "(milliseconds, or NAME:Nx of the engine's own time; saber-bench matrix --help)",
+    )
     sim.add_argument("--jobs", type=int, help="worker processes (default: CPU count)")
     sim.add_argument(
         "--format",
@@ -163,6 +171,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     sweep = _sweep_from(args)
     tasks = load_tasks()
     workloads = load_workloads(tasks=tasks)
+    tasks = goodput_tasks(tasks, args.goodput, get_preset(sweep.preset), workloads["W3"])
     missing = set(sweep.workloads) - set(workloads)
     if missing:
         raise SystemExit(f"saber-bench: unknown workload(s): {', '.join(sorted(missing))}")

@@ -12,9 +12,9 @@ OpenAI-compatible vLLM stand-in that steps the same engine model on the real clo
 from saber.sim._cluster import simulate_cluster
 from saber.sim._cluster_types import AdmissionPool, BackendStats, ClusterResult, GatewayStats
 from saber.sim._gateways import SCRAPE_S, gateway_of
-from saber.sim._records import SimRecord, SimResult
+from saber.sim._records import SimRecord, SimResult, judged_by
 from saber.sim._routers import ROUTERS, BackendView, Router
-from saber.sim._virtual import AdmissionScheduler, simulate
+from saber.sim._virtual import AdmissionScheduler, own_slo, simulate
 
 __all__ = [
     "ROUTERS",
@@ -29,6 +29,8 @@ __all__ = [
     "SimRecord",
     "SimResult",
     "gateway_of",
+    "judged_by",
+    "own_slo",
     "simulate",
     "simulate_cluster",
 ]

@@ -33,9 +33,9 @@ from saber.engine import Engine, EngineRequest, StepResult
 from saber.scheduler import Action, Tier
 from saber.sim._cluster_types import AdmissionPool, BackendStats, ClusterResult, Placed
 from saber.sim._gateways import SCRAPE_S, Gateways
-from saber.sim._records import SimRecord
+from saber.sim._records import SimRecord, judged_by
 from saber.sim._routers import BackendView, Router
-from saber.sim._virtual import engine_request, scheduler_request
+from saber.sim._virtual import engine_request, own_slo, scheduler_request
 from saber.workload import TraceRequest
 
 _MAX_STEPS = 1 << 30
@@ -290,6 +290,7 @@ class _Run:
             demoted=req.id in self.demoted,
             rejected=req.id in self.rejected,
             sla_kind=task.sla_kind,
+            slo=judged_by(task, own_slo(req)),
         )
 
     def result(self) -> ClusterResult:

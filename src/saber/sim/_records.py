@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
+
+from saber.config import Slo, TaskType, tpot_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,9 @@ class SimRecord:
     demoted: bool
     rejected: bool
     sla_kind: str = "e2e"
+    # Its SLO in parts, where it has one (its task's, each part its own replaced): met
+    # when every stated part is (vLLM's goodput rule). None: ``sla_s`` / ``sla_kind``.
+    slo: Slo | None = None
 
     @property
     def e2e(self) -> float | None:
@@ -45,8 +51,19 @@ class SimRecord:
     def met_sla(self) -> bool:
         if self.finished_at is None:
             return False
+        if self.slo is not None:
+            return self.slo.meets(ttft=self.ttft, e2e=self.e2e, output_tokens=self.output_tokens)
         latency = self.ttft if self.sla_kind == "ttft" else self.e2e
         return latency is not None and latency <= self.sla_s
+
+    @property
+    def tpot(self) -> float | None:
+        """vLLM's time per output token after the first; None unfinished."""
+        if self.e2e is None:
+            return None
+        return tpot_of(
+            self.e2e, self.ttft if self.ttft is not None else self.e2e, self.output_tokens
+        )
 
 
 @dataclass(slots=True)
@@ -77,3 +94,12 @@ class SimResult:
 
     def _of(self, task: str | None) -> list[SimRecord]:
         return self.records if task is None else [r for r in self.records if r.task == task]
+
+
+def judged_by(task: TaskType, own: Slo | None = None) -> Slo | None:
+    """The SLO a record of ``task`` is judged by, with a request's ``own`` parts: None
+    where the task's primary part alone decides (``sla_s`` / ``sla_kind``, as the
+    paper's experiment judges)."""
+    if own is not None and own.parts:
+        return task.slo.merged(own)
+    return task.slo if len(task.slo.parts) > 1 or math.isinf(task.sla_s) else None

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from saber.config import TaskType
+from saber.config import Slo, TaskType
 from saber.engine import Engine, EnginePreset, EngineRequest
 from saber.scheduler import (
     Action,
@@ -24,7 +24,7 @@ from saber.scheduler import (
     Tier,
     request_for,
 )
-from saber.sim._records import SimRecord, SimResult
+from saber.sim._records import SimRecord, SimResult, judged_by
 from saber.speed import LiveFit, SpeedModel
 from saber.workload import TraceRequest
 
@@ -59,6 +59,7 @@ def scheduler_request(
     exact = told is True or (not isinstance(told, bool) and req.task in told)
     return request_for(
         task,
+        slo=own_slo(req),
         lengths=lengths,
         id=req.id,
         arrival=req.arrival,
@@ -67,6 +68,13 @@ def scheduler_request(
         prompt_bytes=req.size_in_bytes,
         fingerprint=req.fingerprint,
     )
+
+
+def own_slo(req: TraceRequest) -> Slo | None:
+    """The limits a trace's request states for itself, if any."""
+    if req.ttft_s is None and req.tpot_s is None and req.e2e_s is None:
+        return None
+    return Slo(ttft_s=req.ttft_s, tpot_s=req.tpot_s, e2e_s=req.e2e_s)
 
 
 def engine_request(req: TraceRequest, tier: Tier) -> EngineRequest:
@@ -277,6 +285,7 @@ class _Run:
                     demoted=req.id in self.demoted,
                     rejected=rejected,
                     sla_kind=self.tasks[req.task].sla_kind,
+                    slo=judged_by(self.tasks[req.task], own_slo(req)),
                 )
             )
         assert len(records) == len(self.by_id) == len({r.id for r in records})

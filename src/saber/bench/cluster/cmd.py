@@ -10,6 +10,7 @@ from typing import get_args
 from rich.console import Console
 
 from saber.bench._args import csv
+from saber.bench._goodput import goodput_argument, goodput_tasks
 from saber.bench._grid import shipped_tasks
 from saber.bench.cluster.plots import goodput_vs_load
 from saber.bench.cluster.report import markdown, table, to_json
@@ -45,6 +46,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(max_num_seqs 256) on every replica, behind each router. Prints goodput per load "
         "and where each router sent the requests; --out writes results.json, results.md "
         'and a PNG. See docs/bench.md, "Pools of replicas".',
+    )
+    c.add_argument(
+        "--goodput",
+        type=goodput_argument,
+        metavar='"ttft:MS tpot:MS e2el:MS"',
+        help="SLOs as vLLM's benchmark takes them, for every task in place of its own "
+        "(milliseconds, or NAME:Nx of the fastest replica's own time; saber-bench matrix "
+        "--help)",
     )
     c.add_argument(
         "--pool",
@@ -156,6 +165,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         raise SystemExit(f"saber-bench: unknown workload(s): {', '.join(sorted(missing))}")
     started = time.perf_counter()
     presets = {p: PRESETS[p] for p in bench.pool}
+    # Scales of the engine's own times read the pool's fastest replica: the best it gives.
+    fastest = max(presets.values(), key=lambda p: p.decode_speed(1, 1000))
+    tasks = goodput_tasks(tasks, args.goodput, fastest, workloads["W3"])
     run = run_cluster(
         bench, presets, tasks, workloads, jobs=args.jobs, progress=not args.no_progress
     )

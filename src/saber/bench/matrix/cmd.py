@@ -12,6 +12,7 @@ from rich.console import Console
 
 from saber.bench._args import check_variants, csv
 from saber.bench._engines_file import load_engines
+from saber.bench._goodput import goodput_argument
 from saber.bench._grid import OPTIONS, shipped_tasks
 from saber.bench.matrix.plots import write_heatmaps
 from saber.bench.matrix.report import cells_markdown, markdown, summary_markdown, to_json
@@ -78,6 +79,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="realistic (default): clients send their task's cap as max_tokens; oracle: "
         "the true length, and the scheduler trusts it (what knowing every length is worth)",
     )
+    m.add_argument(
+        "--goodput",
+        type=goodput_argument,
+        metavar='"ttft:MS tpot:MS e2el:MS"',
+        help="SLOs as vLLM's benchmark takes them, for every task in place of its own: "
+        "milliseconds, or NAME:Nx, N times the 90th percentile of the engine's own time "
+        "for that part (each request alone); a request is good when it meets every part",
+    )
     m.add_argument("--jobs", type=int, help="worker processes (default: CPU count)")
     m.add_argument(
         "--format",
@@ -107,6 +116,7 @@ def _matrix_from(args: argparse.Namespace, extra: dict[str, EnginePreset]) -> Ma
         "seed_base": args.seed_base,
         "requests": args.requests,
         "mode": args.mode,
+        "goodput": args.goodput,
     }
     matrix = dataclasses.replace(matrix, **{k: v for k, v in overrides.items() if v is not None})
     problems = []

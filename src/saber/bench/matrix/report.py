@@ -99,13 +99,14 @@ def _scale(x: float) -> str:
 def summary_markdown(matrix: Matrix, cells: Sequence[MatrixCell]) -> str:
     policies = matrix.policies
     s = summary(cells, policies)
+    slos = "" if matrix.goodput is None else f", SLOs --goodput {matrix.goodput.describe()!r}"
     out = [
         "## Engine matrix: summary\n",
         f"{len(matrix.presets)} engines x {len(matrix.workloads)} workloads x "
         f"{len(matrix.grids)} load grids x {len(matrix.sla_scales)} SLA scales = "
         f"{len(cells)} cells; {matrix.seeds} trace(s) per load (seeds {matrix.seed_base}.."
         f"{matrix.seed_base + matrix.seeds - 1}), {matrix.requests} requests each, {matrix.mode} "
-        "mode. Goodput points; best static = the best B per load in hindsight.\n",
+        f"mode{slos}. Goodput points; best static = the best B per load in hindsight.\n",
         "Cells that miss each target; the last column counts those that miss one with the "
         f"whole {CONFIDENCE:.0%} confidence interval of the gap over the trace seeds "
         "(Student's t; the others may be the draw of the traces):\n",

@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from saber.bench._goodput import OWN_SAMPLE, Goodput, own_times, with_goodput
 from saber.bench._grid import (
     PAPER_BATCH_SIZES,
     PAPER_RPS,
@@ -30,7 +31,7 @@ from saber.bench._grid import (
 from saber.bench._offline import engine_profiles, saturation_rate
 from saber.bench._pool import parallel_map
 from saber.bench._runner import refused_share, rescore, serve_alone, serve_saber, serve_static
-from saber.config import TaskType, Workload
+from saber.config import Part, TaskType, Workload
 from saber.engine import PRESETS, EnginePreset
 from saber.sim import SimResult
 from saber.speed import SpeedModel, TTFTFit
@@ -70,6 +71,7 @@ class Matrix:
     seed_base: int = 11000
     requests: int = 100
     mode: Mode = "realistic"  # oracle: max_tokens is the true length, and trusted
+    goodput: Goodput | None = None  # vLLM's SLOs in place of the tasks' own
 
     @classmethod
     def quick(cls) -> Matrix:
@@ -123,6 +125,7 @@ class EngineFit:
     models: dict[str, SpeedModel]
     ttft: TTFTFit | None
     capacity: dict[str, float]
+    own: dict[str, dict[Part, float]] | None = None  # each task's own times (goodput scales)
 
 
 @dataclass(frozen=True)
@@ -140,11 +143,11 @@ class PointResult:
 
 
 def sla_scaled(tasks: Mapping[str, TaskType], scale: float) -> dict[str, TaskType]:
-    """Task types with ``sla_s`` and ``useful_s`` multiplied by ``scale``."""
+    """Task types with every part of their SLO and ``useful_s`` multiplied by ``scale``."""
     out = {}
     for name, t in tasks.items():
         useful = None if t.useful_s is None else t.useful_s * scale
-        out[name] = t.model_copy(update={"sla_s": t.sla_s * scale, "useful_s": useful})
+        out[name] = t.model_copy(update={"useful_s": useful}).with_slo(t.slo.scaled(scale))
     return out
 
 
@@ -159,11 +162,13 @@ def fit_engine(
     """The engine's profile (fitted on the W3 mix) and its capacity on each workload
     of ``capacity_of``."""
     models, ttft = engine_profiles(preset, workloads[PROFILE_WORKLOAD], tasks, kinds)
+    sample = generate_trace(workloads[PROFILE_WORKLOAD], tasks, rps=1.0, n=OWN_SAMPLE, seed=0)
     return EngineFit(
         preset.name,
         models,
         ttft,
         {w: saturation_rate(preset, workloads[w], tasks) for w in capacity_of},
+        own_times(preset, sample),
     )
 
 
@@ -181,7 +186,9 @@ def run_point(
     ttft: TTFTFit | None,
     tasks: Mapping[str, TaskType],
     workloads: Mapping[str, Workload],
+    own: Mapping[str, Mapping[Part, float]] | None = None,
 ) -> PointResult:
+    tasks = with_goodput(tasks, matrix.goodput, own)
     trace = generate_trace(
         workloads[point.workload],
         tasks,
@@ -248,6 +255,7 @@ class _Shared:
             fit.ttft,
             self.tasks,
             self.workloads,
+            fit.own,
         )
 
 
