@@ -48,30 +48,45 @@ class ConnectGate:
         if it has not completed by the deadline and the turns after it."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.opening)
-        task: asyncio.Task[T] | None = None
         try:
-            async with self._slots:
-                task = asyncio.ensure_future(connecting)
-                return await _within(task, self.timeout_s)
+            await self._slots.acquire()
+        except BaseException:
+            connecting.close()  # cancelled while it waited for a slot: never began
+            raise
+        try:
+            return await _within(connecting, self.timeout_s)
         finally:
-            if task is None:
-                connecting.close()  # cancelled while it waited for a slot: never began
-            elif not task.done():
-                task.cancel()
+            self._slots.release()
 
 
-async def _within(task: asyncio.Task[T], timeout_s: float) -> T:
-    await asyncio.wait((task,), timeout=timeout_s)
-    for _ in range(TURNS):
-        if task.done():
-            break
-        await asyncio.sleep(0)  # one turn of the loop, with its poll for I/O
-    if not task.done():
+async def _within(connecting: Coroutine[Any, Any, T], timeout_s: float) -> T:
+    """Await ``connecting`` in this task; at the deadline, count ``TURNS`` turns of the
+    loop (a callback that schedules itself again) before cancelling it, as
+    ``asyncio.timeout`` would at once."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    state = {"over": False, "expired": False}
+
+    def countdown(turns: int) -> None:
+        if state["over"]:
+            return
+        if turns > 0:
+            loop.call_soon(countdown, turns - 1)  # runs in the loop's next turn
+            return
+        state["expired"] = True
         task.cancel()
-        await asyncio.wait((task,))
-    if task.cancelled():
-        raise TimeoutError("the backend did not accept the connection in time")
-    return task.result()
+
+    timer = loop.call_at(loop.time() + timeout_s, countdown, TURNS)
+    try:
+        return await connecting
+    except asyncio.CancelledError:
+        if state["expired"] and task.uncancel() == 0:  # our cancel, not the caller's
+            raise TimeoutError("the backend did not accept the connection in time") from None
+        raise
+    finally:
+        state["over"] = True
+        timer.cancel()
 
 
 class GatedConnector(aiohttp.TCPConnector):
