@@ -25,6 +25,10 @@ of generation at SIM_TIME_SCALE, within saber-sim's max_model_len (32,768). 5,00
 tests' steps take 1-1.5 s."""
 # The profile the gateway tests know: the harness's GENEROUS, f(1) = 600 tokens/s, falling.
 KNOWN = GENEROUS
+UNCAPPED = {"task_max_tokens": "off"}
+"""For a gateway that must run an answer longer than its task's cap (LONG_TOKENS, to hold
+the engine while others queue): every task's ``max_tokens`` caps its requests otherwise,
+however the task was picked (docs/gateway.md, "Task honesty")."""
 
 
 GatewayFactory = Callable[..., RunningGateway]

@@ -13,6 +13,7 @@ from gateway_support import GatewayFactory, offered
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import metric_value, wait_for
+from saber import wire
 from saber.gateway import RunningGateway
 
 FAST_SCRAPES = {"backend.metrics_interval_s": 0.1}
@@ -92,7 +93,8 @@ def test_an_error_event_is_followed_by_done(gateway_factory: GatewayFactory) -> 
     with httpx.stream("POST", gw.url + "/v1/completions", json=body) as r:
         events = [line for line in r.iter_lines() if line]
     assert len(events) == 3 and events[-1] == "data: [DONE]"
-    assert json.loads(events[1].removeprefix("data: "))["error"]["message"] == "decode failed"
+    event = json.loads(events[1].removeprefix("data: "))
+    assert event["error"]["message"] == "decode failed" and wire.is_openai_error(event)
     text = metrics(gw)
     assert metric_value(text, "saber_requests_total", outcome="backend_error") == 1
     assert metric_value(text, "saber_backend_errors_total", kind="stream_error") == 1
@@ -127,13 +129,18 @@ def test_loading_is_503_with_retry_after(gateway_factory: GatewayFactory) -> Non
         (401, error(401, "Invalid API Key", "authentication_error")),
     ],
 )
-def test_its_client_errors_pass_through_as_they_came(
+def test_its_client_errors_pass_through_with_their_message(
     gateway_factory: GatewayFactory, status: int, body: dict[str, Any]
 ) -> None:
+    """llama.cpp's error (an integer code, its own type names) comes back with its status
+    and message, in OpenAI's shape (issue 48)."""
     fake = FakeLlamaCpp(reply=(status, body))
     gw = start(gateway_factory, fake)
     resp = httpx.post(gw.url + "/v1/completions", json={"model": MODEL, "prompt": "x"})
-    assert resp.status_code == status and resp.json() == body
+    assert resp.status_code == status and wire.is_openai_error(resp.json())
+    err = resp.json()["error"]
+    assert err["message"] == body["error"]["message"] and err["code"] == "backend_rejected"
+    assert err["type"] == wire.error_type(status)
     assert resp.headers["x-saber-outcome"] == "backend_rejected"
 
 

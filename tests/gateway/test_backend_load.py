@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_support import SIM_TIME_SCALE, GatewayFactory
+from gateway_support import SIM_TIME_SCALE, UNCAPPED, GatewayFactory
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import wait_for
@@ -67,7 +67,7 @@ def direct_streams(sim: RunningSim, n: int) -> Iterator[None]:
 def test_traffic_that_bypasses_the_gateway_is_visible(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
-    gw = gateway_factory(sim.url, **FAST_SCRAPES)
+    gw = gateway_factory(sim.url, **FAST_SCRAPES, **UNCAPPED)
     reads(gw, "saber_backend_requests_running", 0)
     info = samples(gw)["saber_backend_info"]
     assert info == [({"kind": "sim", "version": __version__, "source": "detected"}, 1.0)]
@@ -86,7 +86,7 @@ def test_traffic_that_bypasses_the_gateway_is_visible(
 def test_the_gateways_own_requests_count_on_both_sides(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
-    gw = gateway_factory(sim.url, **FAST_SCRAPES)
+    gw = gateway_factory(sim.url, **FAST_SCRAPES, **UNCAPPED)
     with httpx.stream(
         "POST", gw.url + "/v1/completions", json={"model": sim.model, **LONG}, timeout=10
     ) as r:
@@ -184,7 +184,7 @@ def test_the_gateway_stops_at_once_while_its_backend_is_down(
     ends: with the backend gone and reads every 0.1 s the read loop went on, and the
     gateway's shutdown waited for it for good (SIGTERM too: still running 15 s later)."""
     with serve_in_thread(time_scale=SIM_TIME_SCALE) as sim:
-        gw = gateway_factory(sim.url, **FAST_SCRAPES)
+        gw = gateway_factory(sim.url, **FAST_SCRAPES, **UNCAPPED)
         wait_for(lambda: value(gw, "saber_backend_requests_running"), lambda v: v is not None)
     wait_for(lambda: value(gw, "saber_backend_scrape_errors_total"), lambda v: v and v >= 2)
     gw.stop(timeout=5)

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from gateway_support import SIM_TIME_SCALE, GatewayFactory
+from gateway_support import SIM_TIME_SCALE, UNCAPPED, GatewayFactory
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -128,7 +128,10 @@ def test_a_backend_serving_only_whole_answers_shows_its_engines_wait_for_first_t
     comes from the engine's own histogram of time to first token, read with its load."""
     a, b = sims
     gw = gateway_factory(
-        a.url, backends=backends(left=a.url, right=b.url), **{"backend.metrics_interval_s": 0.1}
+        a.url,
+        backends=backends(left=a.url, right=b.url),
+        **{"backend.metrics_interval_s": 0.1},
+        **UNCAPPED,
     )
     client = OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
 

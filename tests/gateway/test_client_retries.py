@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from gateway_support import GatewayFactory, call_in_loop
+from gateway_support import UNCAPPED, GatewayFactory, call_in_loop
 
 from harness import metric_value, wait_for
 from saber.gateway import RunningGateway
@@ -191,7 +191,7 @@ def test_the_clients_retries_are_served_once_the_slot_frees(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="openai")
-    gw = gateway_factory(slow_sim.url, max_concurrency=SLOTS, queue_cap=1)
+    gw = gateway_factory(slow_sim.url, max_concurrency=SLOTS, queue_cap=1, **UNCAPPED)
 
     def learn() -> None:
         for i in range(2000):  # what a gateway learns from its traffic

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 import httpx
-from gateway_support import LONG_TOKENS, GatewayFactory, held, idle, sim_running
+from gateway_support import LONG_TOKENS, UNCAPPED, GatewayFactory, held, idle, sim_running
 
 from harness import held_request, metric_value, wait_for
 from saber.gateway import RunningGateway
@@ -42,7 +42,7 @@ def body(sim: RunningSim, tokens: int, stream: bool) -> dict[str, object]:
 def test_disconnect_while_queued_then_while_running(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
-    gw = gateway_factory(sim.url, max_concurrency=1, queued_comment_interval_s=0.05)
+    gw = gateway_factory(sim.url, max_concurrency=1, queued_comment_interval_s=0.05, **UNCAPPED)
     url = gw.url + "/v1/chat/completions"
     with (
         httpx.Client(timeout=30) as client,

@@ -8,9 +8,10 @@ import json
 import httpx
 import openai
 import pytest
-from gateway_support import LONG_TOKENS, GatewayFactory
+from gateway_support import LONG_TOKENS, UNCAPPED, GatewayFactory
 
 from harness import metric_value
+from saber import wire
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
 
@@ -18,9 +19,8 @@ from saber.sim.http import RunningSim
 def assert_openai_error(resp: httpx.Response, status: int, param: str | None = None) -> dict:
     assert resp.status_code == status, resp.text[:300]
     assert resp.headers["content-type"].startswith("application/json")
+    assert wire.is_openai_error(resp.json()), resp.text[:300]
     err = resp.json()["error"]
-    assert isinstance(err["message"], str) and err["message"]
-    assert isinstance(err["type"], str)
     if param is not None:
         assert err["param"] == param
     return err
@@ -116,7 +116,9 @@ def test_api_keys(gateway_factory: GatewayFactory, sim: RunningSim) -> None:
 def test_queue_full_is_429_with_retry_after(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
-    gw = gateway_factory(sim.url, max_concurrency=1, queue_cap=1, queued_comment_interval_s=0.05)
+    gw = gateway_factory(
+        sim.url, max_concurrency=1, queue_cap=1, queued_comment_interval_s=0.05, **UNCAPPED
+    )
     url = gw.url + "/v1/chat/completions"
     long = {"model": sim.model, "messages": [{"role": "user", "content": "x"}], "max_tokens": 20000}
     long |= {"ignore_eos": True, "stream": True}
@@ -144,7 +146,7 @@ def test_a_request_no_longer_useful_is_503_with_retry_after(
 ) -> None:
     # code_qna: 43 tokens in 1 s; f(1) = 600 tok/s, so it is hopeless after ~0.93 s
     # in the queue; useful for 1.2 s, it is turned away ~0.2 s later.
-    gw = gateway_factory(sim.url, max_concurrency=1, **{"tasks.code_qna.useful_s": 1.2})
+    gw = gateway_factory(sim.url, max_concurrency=1, **{"tasks.code_qna.useful_s": 1.2}, **UNCAPPED)
     url = gw.url + "/v1/chat/completions"
     messages = [{"role": "user", "content": "x"}]
     long = {"model": sim.model, "messages": messages, "max_tokens": LONG_TOKENS}
@@ -174,6 +176,7 @@ def test_error_body_is_json_even_for_streams_after_queueing(
         max_concurrency=1,
         queued_comment_interval_s=0.1,
         **{"tasks.code_qna.useful_s": 1.1},
+        **UNCAPPED,
     )
     url = gw.url + "/v1/chat/completions"
     messages = [{"role": "user", "content": "x"}]
@@ -190,11 +193,15 @@ def test_error_body_is_json_even_for_streams_after_queueing(
             lines = [line for line in r.iter_lines() if line]
     assert lines[0] == ": queued"
     assert lines[-1] == "data: [DONE]"
-    # vLLM's own mid-stream error shape: the status as code, an exception-like type.
+    # The whole answer's shape, mid-stream too (issue 48): OpenAI's type, the outcome.
     event = json.loads(lines[-2].removeprefix("data: "))
-    assert set(event) == {"error"}
+    assert set(event) == {"error"} and wire.is_openai_error(event)
     error = event["error"]
-    assert (error["code"], error["type"], error["param"]) == (503, "ServiceUnavailableError", None)
+    assert (error["code"], error["type"], error["param"]) == (
+        "rejected_expired",
+        "server_error",
+        None,
+    )
     assert "retry in about" in error["message"]
 
 
@@ -202,7 +209,7 @@ def test_backend_4xx_after_a_stream_was_committed(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
     """Headers are gone already: the backend's error becomes the stream's last event."""
-    gw = gateway_factory(sim.url, max_concurrency=1, queued_comment_interval_s=0.05)
+    gw = gateway_factory(sim.url, max_concurrency=1, queued_comment_interval_s=0.05, **UNCAPPED)
     url = gw.url + "/v1/completions"
     long = {"model": sim.model, "prompt": "x", "max_tokens": 3000, "ignore_eos": True}
     with httpx.Client(timeout=30) as a, a.stream("POST", url, json={**long, "stream": True}) as r:
@@ -215,6 +222,71 @@ def test_backend_4xx_after_a_stream_was_committed(
         list(lines)
     assert seen[0] == ": queued"
     assert seen[-1] == "data: [DONE]"
-    assert "no-such-model" in json.loads(seen[-2].removeprefix("data: "))["error"]["message"]
+    event = json.loads(seen[-2].removeprefix("data: "))
+    assert wire.is_openai_error(event) and "no-such-model" in event["error"]["message"]
+    assert (event["error"]["type"], event["error"]["code"]) == (
+        "not_found_error",
+        "backend_rejected",
+    )
     text = httpx.get(gw.url + "/metrics").text
     assert metric_value(text, "saber_requests_total", outcome="backend_rejected") == 1
+
+
+def test_an_unknown_task_in_the_model_name_names_it(
+    gateway: RunningGateway, sim: RunningSim
+) -> None:
+    """Issue 48: ``model: qwen-coder:foo`` got the backend's "The model does not exist"
+    although the model exists; now the 400 names the task and lists the known ones."""
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model=f"{sim.model}:foo", messages=[{"role": "user", "content": "x"}]
+        )
+    message = info.value.message
+    assert "unknown task type 'foo'" in message and "code_generation, code_qna" in message
+    assert isinstance(info.value.body, dict) and info.value.body["code"] == "unknown_task"
+    assert info.value.body["param"] == "model"
+    # A model the backend does not serve is still the backend's answer (404).
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(
+            model="other:foo", messages=[{"role": "user", "content": "x"}]
+        )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_without_a_model_is_served_by_the_served_one_and_says_so(
+    gateway: RunningGateway, sim: RunningSim, stream: bool
+) -> None:
+    body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "stream": stream}
+    resp = httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=30)
+    assert resp.status_code == 200 and resp.headers["x-saber-default-model"] == sim.model
+    assert f'"model":"{sim.model}"' in resp.text.replace(" ", "")
+    named = httpx.post(
+        gateway.url + "/v1/chat/completions", json={**body, "model": sim.model}, timeout=30
+    )
+    assert named.status_code == 200 and "x-saber-default-model" not in named.headers
+
+
+def test_the_backends_errors_come_back_in_openai_shape_with_their_message(
+    gateway_factory: GatewayFactory, sim: RunningSim
+) -> None:
+    """Issue 48: errors passed through kept the backend's shape (saber-sim's FastAPI
+    ``{"detail": "Not Found"}``, vLLM's integer code), so the SDK showed only the status."""
+    gw = gateway_factory(sim.url, **UNCAPPED)
+    chat = {"model": sim.model, "messages": [{"role": "user", "content": "x"}]}
+    too_long = httpx.post(gw.url + "/v1/chat/completions", json={**chat, "max_tokens": 10**6})
+    err = assert_openai_error(too_long, 400, param="max_tokens")
+    assert err["code"] == "backend_rejected" and "maximum context length" in err["message"]
+    assert too_long.headers["x-saber-outcome"] == "backend_rejected"
+    unknown = httpx.post(gw.url + "/v1/chat/completions", json={**chat, "model": "nope"})
+    err = assert_openai_error(unknown, 404, param="model")
+    assert err["type"] == "not_found_error" and "nope" in err["message"]
+    # A route saber-sim does not serve: FastAPI's own 404, relayed in OpenAI's shape.
+    missing = httpx.post(gw.url + "/tokenize", json={"model": sim.model, "prompt": "x"})
+    err = assert_openai_error(missing, 404)
+    assert err["message"] == "Not Found" and err["code"] == "backend_rejected"
+    with pytest.raises(openai.NotFoundError) as info:
+        openai.OpenAI(base_url=gw.url, api_key="x", max_retries=0).post(
+            "/tokenize", body={"prompt": "x"}, cast_to=object
+        )
+    assert "Not Found" in str(info.value)

@@ -1,6 +1,6 @@
-"""Task honesty: a client that names its task type (and so its deadline and priority)
-may not ask for more tokens than that task allows, and a request that generates
-more than its task allows is counted."""
+"""Task honesty: a request is scheduled as its task type (and so its deadline and
+priority), and may not ask for more tokens than that task allows, however the task was
+picked; a request that generates more than its task allows is counted."""
 
 from __future__ import annotations
 
@@ -50,8 +50,50 @@ def test_reject_mode_names_the_field(gateway_factory: GatewayFactory) -> None:
     # Without a cap of its own it is given the task's.
     assert httpx.post(url, json=chat, headers=SUMMARY).status_code == 200
     assert [p[0].get("max_tokens") for p in fake.posts] == [128, 128]
-    # Not named by the client: the gateway's own choice is not capped.
-    assert httpx.post(url, json={**chat, "max_tokens": 5000}).status_code == 200
+    # Picked by the default task (code_generation, 1024), it is capped all the same.
+    resp = httpx.post(url, json={**chat, "max_tokens": 5000})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "max_tokens"
+
+
+NAMINGS = [
+    # (how the task is named, the request's model, its headers): all code_qna (cap 256)
+    ("header", MODEL, {"x-saber-task": "code_qna"}),
+    ("model:task", f"{MODEL}:code_qna", {}),
+    ("alias", "chat", {}),
+]
+
+
+@pytest.mark.parametrize("mode", ["clamp", "reject"])
+def test_the_same_request_gets_the_same_answer_however_its_task_is_named(
+    gateway_factory: GatewayFactory, mode: str
+) -> None:
+    """Issue 48: max_tokens=100000 was clamped under X-Saber-Task: code_qna and
+    ``<model>:code_qna`` but went to the backend as it came (a 400 there) under the
+    alias ``chat``, which names the same task. Now each way, and the default task
+    too, gets the same answer: clamped to the task's cap, or a 400 naming the field."""
+    fake = FakeVllm()
+    gw = start_fake(gateway_factory, fake, task_max_tokens=mode)
+    url = gw.url + "/v1/chat/completions"
+    answers = []
+    for _, model, headers in NAMINGS:
+        chat = {"model": model, "messages": [{"role": "user", "content": "x"}]}
+        resp = httpx.post(url, json={**chat, "max_tokens": 100_000}, headers=headers)
+        assert resp.headers["x-saber-task"] == "code_qna"
+        answers.append((resp.status_code, resp.json().get("error", {}).get("code")))
+    if mode == "clamp":
+        assert answers == [(200, None)] * 3
+        assert [p[0]["max_tokens"] for p in fake.posts] == [256] * 3
+        assert {p[0]["model"] for p in fake.posts} == {MODEL}
+    else:
+        assert answers == [(400, "max_tokens_above_task_cap")] * 3 and not fake.posts
+    # The default task (a plain model name) and a rule are held to their task's cap too.
+    plain = {"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 5000}
+    resp = httpx.post(url, json=plain)
+    assert resp.headers["x-saber-task"] == "code_generation"
+    if mode == "clamp":
+        assert resp.status_code == 200 and fake.posts[-1][0]["max_tokens"] == 1024
+    else:
+        assert resp.status_code == 400
 
 
 def test_clamp_lowers_every_cap_and_the_floor(gateway_factory: GatewayFactory) -> None:

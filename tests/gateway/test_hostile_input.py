@@ -12,6 +12,7 @@ import pytest
 from fake_vllm import MODEL, FakeVllm
 from gateway_support import GatewayFactory, requests_total, start_fake
 
+from saber import wire
 from saber.gateway import RunningGateway
 from saber.gateway.edge.payload import parse
 from saber.gateway.errors import GatewayError
@@ -75,6 +76,7 @@ def test_every_number_is_bounded_at_the_edge(
     body = b"{" + base + b', "stream": true, ' + field + b"}"
     resp = httpx.post(gw.url + path, content=body)
     assert resp.status_code == 400, resp.text[:300]
+    assert wire.is_openai_error(resp.json()), resp.text[:300]
     err = resp.json()["error"]
     assert err["param"] == param and err["type"] == "invalid_request_error", err
     assert len(err["message"]) < 300
@@ -118,6 +120,7 @@ def test_deep_nesting_and_lone_surrogates_are_400_counted_and_logged(
         for path, body, param in cases:
             resp = httpx.post(gw.url + path, content=body)
             assert resp.status_code == 400, resp.text[:300]
+            assert wire.is_openai_error(resp.json()), resp.text[:300]
             err = resp.json()["error"]
             assert err["param"] == param and err["type"] == "invalid_request_error"
     assert requests_total(gw, "invalid_request") == len(cases)
@@ -144,7 +147,7 @@ def test_deep_nesting_and_lone_surrogates_are_400_counted_and_logged(
 def test_undecodable_bodies_are_400(raw: bytes) -> None:
     with pytest.raises(GatewayError) as info:
         parse("completions", raw)
-    assert info.value.status == 400
+    assert info.value.status == 400 and wire.is_openai_error(info.value.body())
 
 
 def test_a_deep_body_within_the_limit_passes() -> None:
@@ -164,3 +167,5 @@ def test_the_pass_through_routes_take_hostile_bodies_too(gw: RunningGateway) -> 
     for body in (deep, surrogate):
         resp = httpx.post(gw.url + "/tokenize", content=body)
         assert resp.status_code < 500, resp.text[:200]
+        if resp.status_code >= 400:  # the gateway's own error, or the backend's: one shape
+            assert wire.is_openai_error(resp.json()), resp.text[:300]

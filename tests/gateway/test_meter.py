@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from saber import wire
 from saber.gateway.exchange.meter import StreamMeter
 
 
@@ -103,10 +104,17 @@ def test_null_usage_on_every_chunk_passes_untouched() -> None:
     assert StreamMeter(want_usage=False).process(event) == event
 
 
-def test_error_event_and_comments_pass_through() -> None:
+def test_error_events_pass_in_openai_shape_and_comments_as_they_came() -> None:
     meter = StreamMeter(want_usage=False)
-    err = chunk({"error": {"message": "boom", "type": "server_error"}})
-    assert meter.process(err) == err and meter.error["message"] == "boom"
+    vllm = chunk({"error": {"message": "boom", "type": "BadRequestError", "code": 400}})
+    out = json.loads(wire.data_field(meter.process(vllm) or b"") or "")
+    assert meter.error["message"] == "boom" and wire.is_openai_error(out)
+    assert out["error"] == {
+        "message": "boom",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "backend_error",
+    }
     assert meter.process(b": ping") == b": ping"
     assert meter.process(b"data: not json") == b"data: not json"
 

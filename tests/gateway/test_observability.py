@@ -67,6 +67,12 @@ def test_metrics_parse_and_carry_every_family(gateway: RunningGateway, sim: Runn
     families = {f.name: f for f in text_string_to_metric_families(resp.text)}
     assert {name: families[name].type for name in FAMILIES if name in families} == FAMILIES
     assert all(name.startswith("saber_") for name in families)
+    # Issue 48: no _created series, which were half of the 961 lines.
+    created = [s.name for f in families.values() for s in f.samples if s.name.endswith("_created")]
+    assert not created and "_created" not in resp.text
+    assert (
+        families["saber_requests"].samples and families["saber_time_to_first_token_seconds"].samples
+    )
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for f in families.values()

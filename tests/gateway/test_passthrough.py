@@ -14,6 +14,7 @@ from gateway_support import GatewayFactory
 from vllm_stub import MAX_MODEL_LEN, MODEL, Stub
 
 from harness import metric_value, serve_app
+from saber import wire
 from saber.gateway.routes.passthrough import RELAYED
 from saber.sim.http import RunningSim
 
@@ -54,11 +55,14 @@ def test_every_route_answers_as_the_backend_does(
         direct, through = _call(url, path), _call(gw.url, path)
         assert (through.status_code, through.json()) == (direct.status_code, direct.json()), path
         assert through.headers["content-type"] == direct.headers["content-type"]
-    # Its errors too, as they came.
+    # Its errors too: the status and the message, in OpenAI's shape (issue 48).
     bad = {**BODIES["/v1/embeddings"], "model": "nope"}
     direct = httpx.post(url + "/v1/embeddings", json=bad)
     through = httpx.post(gw.url + "/v1/embeddings", json=bad)
-    assert (through.status_code, through.json()) == (404, direct.json())
+    assert through.status_code == direct.status_code == 404
+    assert wire.is_openai_error(through.json())
+    assert through.json()["error"]["message"] == wire.error_message(direct.content)
+    assert through.json()["error"]["type"] == "not_found_error"
     text = httpx.get(gw.url + "/metrics").text
     for path in BODIES:
         assert metric_value(text, "saber_passthrough_requests_total", route=path, status="200") == 1

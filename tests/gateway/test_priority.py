@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import openai
 from fake_vllm import MODEL, FakeVllm
-from gateway_support import GatewayFactory, start_fake
+from gateway_support import UNCAPPED, GatewayFactory, start_fake
 
 from saber.gateway import RunningGateway
 
@@ -28,7 +28,7 @@ def test_on_time_work_is_priority_0_and_demoted_work_priority_1(
     gateway_factory: GatewayFactory,
 ) -> None:
     fake = FakeVllm()
-    gw = start_fake(gateway_factory, fake, **{"backend.forward_priority": True})
+    gw = start_fake(gateway_factory, fake, **{"backend.forward_priority": True}, **UNCAPPED)
     assert _send(gw, SHORT) == "admitted"
     assert _send(gw, LONG) == "admitted_demoted"
     api = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
@@ -46,7 +46,7 @@ def test_on_time_work_is_priority_0_and_demoted_work_priority_1(
 
 def test_off_by_default_the_client_body_goes_as_it_came(gateway_factory: GatewayFactory) -> None:
     fake = FakeVllm()
-    gw = start_fake(gateway_factory, fake)
+    gw = start_fake(gateway_factory, fake, **UNCAPPED)
     assert _send(gw, LONG) == "admitted_demoted"
     assert _send(gw, {**SHORT, "priority": 3}) == "admitted"
     assert [body for body, _ in fake.posts] == [LONG, {**SHORT, "priority": 3}]

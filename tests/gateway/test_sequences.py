@@ -17,7 +17,14 @@ import httpx
 import openai
 import pytest
 from fake_vllm import MODEL, FakeVllm
-from gateway_support import GatewayFactory, offered, requests_total, sim_running, start_fake
+from gateway_support import (
+    UNCAPPED,
+    GatewayFactory,
+    offered,
+    requests_total,
+    sim_running,
+    start_fake,
+)
 
 from harness import metric_value, wait_until
 from saber.gateway import RunningGateway
@@ -87,7 +94,7 @@ def test_one_request_never_takes_the_engine_past_max_concurrency(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:
     # max_concurrency 8: a request of 6 sequences runs; one of 4 waits until it ends.
-    gw = gateway_factory(sim.url, max_concurrency=8)
+    gw = gateway_factory(sim.url, max_concurrency=8, **UNCAPPED)
     api = client(gw)
     seen: list[tuple[int, int]] = []  # (gateway load, engine running)
 

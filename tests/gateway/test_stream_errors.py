@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from gateway_support import LONG_TOKENS, GatewayFactory
+from gateway_support import LONG_TOKENS, UNCAPPED, GatewayFactory
 
+from saber import wire
 from saber.gateway import RunningGateway
 from saber.sim.http import RunningSim
 
@@ -91,6 +92,7 @@ def turned_away(sim: RunningSim, gateway_factory: GatewayFactory) -> RunningGate
         max_concurrency=1,
         queued_comment_interval_s=0.1,
         **{"tasks.code_completion.useful_s": 1.5, "tasks.code_qna.useful_s": 1.5},
+        **UNCAPPED,
     )
 
 
@@ -116,7 +118,8 @@ def test_tabbys_completion_client_ends_quietly(
     assert lines[0] == ": queued"
     assert tabby_completion(iter(lines)) == [""]  # no suggestion, no panic
     event = json.loads(next(m for m in sse_messages(iter(lines)) if m.startswith("{")))
-    assert event["error"]["code"] == 503 and "retry in about" in event["error"]["message"]
+    assert event["error"]["code"] == "rejected_expired" and wire.is_openai_error(event)
+    assert "retry in about" in event["error"]["message"]
     # vLLM's own shape, without the finished choice, would make it panic.
     bare = [f"data: {json.dumps({'error': event['error']})}", "", "data: [DONE]", ""]
     with pytest.raises(TabbyPanic):
@@ -156,5 +159,5 @@ def test_the_openai_sdk_raises_it_with_the_message(
         list(stream)
     err = info.value
     assert "retry in about" in err.message and "useful_s" in err.message
-    assert isinstance(err.body, dict) and err.body["code"] == 503
-    assert err.body["type"] == "ServiceUnavailableError"
+    assert isinstance(err.body, dict) and err.body["code"] == "rejected_expired"
+    assert err.body["type"] == "server_error"

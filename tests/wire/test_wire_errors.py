@@ -48,7 +48,8 @@ def test_error_body_shape() -> None:
         (b'{"error": {"code": 503, "message": "Loading model", "type": "u"}}', "Loading model"),
         (b'{"error": "plain"}', "plain"),
         (b'{"message": "top"}', "top"),
-        (b'{"detail": "Not Found"}', '{"detail": "Not Found"}'),
+        (b'{"detail": "Not Found"}', "Not Found"),  # FastAPI's
+        (b'{"detail": [{"loc": 1}]}', '{"detail": [{"loc": 1}]}'),
         (b"Internal Server Error", "Internal Server Error"),
         (b"", "(empty body)"),
         (b"\xff\xfe", "\ufffd\ufffd"),
@@ -58,6 +59,69 @@ def test_error_body_shape() -> None:
 )
 def test_error_message(body: object, message: str) -> None:
     assert wire.error_message(body) == message
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "expected"),
+    [
+        # vLLM: its exception's name and the status as code
+        (
+            b'{"error": {"message": "too long", "type": "BadRequestError", "param": "max_tokens",'
+            b' "code": 400}}',
+            400,
+            ("too long", "invalid_request_error", "max_tokens", "backend_rejected"),
+        ),
+        # llama.cpp: an integer code, OpenAI's type
+        (
+            b'{"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}',
+            503,
+            ("Loading model", "server_error", None, "backend_rejected"),
+        ),
+        # FastAPI's own 404, as saber-sim answered a route it lacks
+        (
+            b'{"detail": "Not Found"}',
+            404,
+            ("Not Found", "not_found_error", None, "backend_rejected"),
+        ),
+        (b"Bad Gateway", 502, ("Bad Gateway", "server_error", None, "backend_rejected")),
+        # OpenAI's own: kept as it is
+        (
+            {"error": {"message": "m", "type": "rate_limit_error", "param": None, "code": "q"}},
+            429,
+            ("m", "rate_limit_error", None, "q"),
+        ),
+    ],
+)
+def test_openai_error_keeps_the_message_in_openai_shape(
+    body: object, status: int, expected: tuple[object, ...]
+) -> None:
+    """Issue 48: every error a client gets has one shape, the backend's message kept."""
+    out = wire.openai_error(body, status, code="backend_rejected")
+    err = out["error"]
+    assert (err["message"], err["type"], err["param"], err["code"]) == expected
+    assert wire.is_openai_error(out)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"detail": "Not Found"},
+        {"error": {"message": "x", "type": "BadRequestError", "param": None, "code": None}},
+        {"error": {"message": "x", "type": "invalid_request_error", "param": None, "code": 400}},
+        {"error": {"message": "", "type": "invalid_request_error", "param": None, "code": None}},
+        {"error": {"message": "x", "type": "invalid_request_error", "code": None}},
+        {"error": "plain"},
+    ],
+)
+def test_is_openai_error_refuses_other_shapes(body: object) -> None:
+    assert not wire.is_openai_error(body)
+
+
+def test_stream_error_has_the_whole_answers_shape() -> None:
+    event = wire.stream_error("gone", 503, code="drain_timeout")
+    assert wire.is_openai_error(event) and event["error"]["type"] == "server_error"
+    completions = wire.stream_error("gone", 503, completions=True)
+    assert wire.is_openai_error(completions) and completions["choices"][0]["finish_reason"]
 
 
 def test_error_message_is_shortened() -> None:

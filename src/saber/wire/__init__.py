@@ -2,8 +2,9 @@
 
 SSE framing (``EventSplitter``, ``data_field``, ``event``, ``json_event``, ``DONE``),
 what a chunk carries (``carries_text``, ``text_choices``, ``completion_tokens``),
-OpenAI error bodies (``error_body``, ``error_type``, ``error_message``; a stream's
-last event, ``stream_error``), the ``Authorization: Bearer`` header
+OpenAI error bodies (``error_body``, ``error_type``, ``error_message``, any error body
+in OpenAI's shape, ``openai_error``, and the check ``is_openai_error``; a stream's last
+event, ``stream_error``), the ``Authorization: Bearer`` header
 (``auth_headers``, ``bearer_token``), and how many sequences a request runs
 (``sequences``, ``prompt_count``, ``is_token_ids``). It imports nothing from the rest
 of saber.
@@ -15,8 +16,9 @@ from saber.wire._errors import (
     error_body,
     error_message,
     error_type,
+    is_openai_error,
+    openai_error,
     stream_error,
-    stream_error_type,
 )
 from saber.wire._sequences import Sequences, is_token_ids, prompt_count, sequences
 from saber.wire._sse import DONE, DONE_EVENT, EventSplitter, data_field, event, json_event
@@ -35,11 +37,12 @@ __all__ = [
     "error_message",
     "error_type",
     "event",
+    "is_openai_error",
     "is_token_ids",
     "json_event",
+    "openai_error",
     "prompt_count",
     "sequences",
     "stream_error",
-    "stream_error_type",
     "text_choices",
 ]

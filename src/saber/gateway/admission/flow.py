@@ -56,6 +56,7 @@ class Flow:
         self.call: Call | None = None
         self.req: SchedRequest | None = None  # once offered: its tier, admission, outcome
         self.backend: str | None = None  # the backend's name, once admitted there
+        self.default_model: str | None = None  # the served model, where the client named none
         self.left_queue: float | None = None  # admitted, rejected, or cancelled while queued
         self.first_token: float | None = None
         self.tokens = 0  # generated so far, as the relay counted them

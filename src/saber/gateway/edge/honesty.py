@@ -1,51 +1,41 @@
 """Task honesty: a request is scheduled as its task type, so it may not ask for more.
 
-A client that names its task type itself (``X-Saber-Task``, or a model name
-``<model>:<task>``) picks its own deadline, and so its own priority; the task's
-``max_tokens`` is then its cap. A configured alias (``chat``, ``autocomplete``) is,
-like a rule, a mapping the operator chose, and is not capped by its task; a key
-limited to task types cannot use one for another task (``access``). A key's
-``max_tokens`` caps every request made with it. ``task_max_tokens`` says what
-happens to a request above its cap: ``clamp`` (the default) lowers the cap it
-sends to the backend (and sets one where it sent none), ``reject`` refuses it
-with a 400 naming the field (one without a cap is clamped), ``off`` lets it
-through as before.
+A request's task type sets its deadline, and so its priority, and the scheduler prices
+it by that task's lengths; so the task's ``max_tokens`` caps it, however the task was
+picked: the ``X-Saber-Task`` header, a model name ``<model>:<task>``, a configured
+alias (``chat``), a rule or ``default_task``. The same request gets the same answer
+whichever way it names its task. A key's ``max_tokens`` caps every request made with
+it. ``task_max_tokens`` says what happens to a request above its cap: ``clamp`` (the
+default) lowers the cap it sends to the backend (and sets one where it sent none),
+``reject`` refuses it with a 400 naming the field (one without a cap is clamped),
+``off`` lets it through as it came.
 
 Whatever the setting, a request that generates more than its task's ``max_tokens``
 for each of its sequences (``n`` x prompts) is counted in
-``saber_task_overrun_total`` (a rule or default that picked a task for a longer
-request, an engine that ignores the cap).
+``saber_task_overrun_total`` (an engine that ignores the cap, ``off``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Literal
 
 from saber.config import TaskType
 from saber.gateway.edge.access import Key
 from saber.gateway.edge.fields import CAPS
 from saber.gateway.edge.payload import Payload
-from saber.gateway.edge.tasks import Via
 from saber.gateway.errors import invalid
 
 Mode = Literal["clamp", "reject", "off"]
 
 
-def named_by_client(via: Via, model: str | None, aliases: Mapping[str, object]) -> bool:
-    """The client named the task itself: by header, or as ``<model>:<task>``."""
-    return via == "header" or (via == "alias" and model not in aliases)
-
-
-def cap_for(task: TaskType, named: bool, key: Key | None, mode: Mode) -> int | None:
-    """The most tokens this request may ask for (``named``: the client named the task
-    itself); None: no cap applies."""
+def cap_for(task: TaskType, key: Key | None, mode: Mode) -> int | None:
+    """The most tokens this request may ask for; None: no cap applies."""
     if mode == "off":
         return None
-    caps = [task.max_tokens] if named else []
+    caps = [task.max_tokens]
     if key is not None and key.max_tokens is not None:
         caps.append(key.max_tokens)
-    return min(caps) if caps else None
+    return min(caps)
 
 
 def enforce(payload: Payload, task: TaskType, cap: int | None, mode: Mode) -> None:

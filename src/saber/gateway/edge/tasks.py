@@ -11,7 +11,8 @@ answers, is not taken for one short completion.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,6 +24,8 @@ Via = Literal["header", "alias", "rule", "default"]
 Endpoint = Literal["chat", "completions"]
 BACKEND_MODEL = object()
 """Stands for "the backend's served model" where an alias names no model."""
+TASK_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+"""What a task type's name looks like (``saber.config``'s rule)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,23 @@ class TaskResolver:
         if sep and base and suffix in self.tasks:
             return self.tasks[suffix], base
         return None
+
+    def check_model_task(self, model: str | None, served: Sequence[str]) -> None:
+        """A 400 naming the task when ``model`` is ``<served model>:<name>`` and ``<name>``
+        is no task type (the backend would answer that the model does not exist). A model
+        the backend serves under that very name, or one with no served model before its
+        last ``:``, passes (``served`` empty: the backend is not identified yet)."""
+        if not model or model in served or self.alias(model) is not None:
+            return
+        base, sep, suffix = model.rpartition(":")
+        if sep and base in served and TASK_NAME.match(suffix):
+            raise invalid(
+                f"unknown task type {quote(suffix)} in model {quote(model)}: {base} is "
+                f"served, and what follows ':' names a task type; known: "
+                f"{', '.join(sorted(self.tasks))}",
+                param="model",
+                code="unknown_task",
+            )
 
     def resolve(
         self,

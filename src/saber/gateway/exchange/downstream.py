@@ -33,8 +33,8 @@ class Ending:
     If no response has begun, ``status``, ``headers`` and ``body`` make a whole one.
     On a stream already begun (committed while it was queued, or being relayed)
     ``body`` is its last bytes, and an ``error_event`` body (a JSON error) goes as
-    one last event in vLLM's mid-stream shape (``wire.stream_error``: its message,
-    ``status`` as its code), then ``data: [DONE]``.
+    one last event in the same OpenAI shape (``wire.stream_error``), then
+    ``data: [DONE]``.
     """
 
     outcome: Outcome
@@ -70,12 +70,16 @@ def error_ending(
 
 
 def saber_headers(flow: Flow, outcome: str) -> list[Header]:
-    """``x-saber-task``, ``x-saber-queue-ms`` and ``x-saber-outcome``."""
-    return [
+    """``x-saber-task``, ``x-saber-queue-ms`` and ``x-saber-outcome``, and
+    ``x-saber-default-model`` where the request named no model."""
+    headers = [
         (b"x-saber-task", flow.task_name.encode()),
         (b"x-saber-queue-ms", f"{flow.queue_s() * 1000:.1f}".encode()),
         (b"x-saber-outcome", outcome.encode()),
     ]
+    if flow.default_model is not None:
+        headers.append((b"x-saber-default-model", flow.default_model.encode()))
+    return headers
 
 
 class Downstream:
@@ -113,17 +117,14 @@ class Downstream:
             await self.end(ending.body)
 
     def _error_event(self, ending: Ending) -> bytes:
-        """An error body (the gateway's own, or a backend's 4xx) as a stream's last event."""
-        try:
-            body = json.loads(ending.body)
-        except ValueError:
-            body = None
-        err = body.get("error") if isinstance(body, dict) else None
-        param = err.get("param") if isinstance(err, dict) else None
+        """An error body (the gateway's own, or a backend's 4xx) as a stream's last event,
+        in the same OpenAI shape as a whole answer's."""
+        err = wire.openai_error(ending.body, ending.status)["error"]
         event = wire.stream_error(
-            wire.error_message(body if body is not None else ending.body, limit=2000),
+            err["message"],
             ending.status,
-            param=param if isinstance(param, str) else None,
+            param=err["param"],
+            code=err["code"],
             completions=self.completions,
         )
         return wire.json_event(event)

@@ -65,7 +65,7 @@ class StreamMeter:
             return event
         if "error" in obj:
             self.error = obj["error"]
-            return event
+            return _openai_error_event(obj)
         self.chunks += wire.text_choices(obj)
         if not isinstance(obj.get("usage"), dict):
             return event
@@ -80,3 +80,14 @@ class StreamMeter:
             return event  # llama.cpp's, on the finishing chunk: it is always there
         del obj["usage"]
         return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _openai_error_event(obj: dict[str, Any]) -> bytes:
+    """A backend's error event in OpenAI's shape, its message kept (vLLM's and llama.cpp's
+    carry the status as an integer ``code``)."""
+    err = obj["error"]
+    status = err.get("code") if isinstance(err, dict) else None
+    if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status <= 599:
+        status = 500
+    body = {**obj, **wire.openai_error(obj, status, code="backend_error")}
+    return b"data: " + json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()

@@ -112,9 +112,9 @@ def _forward(meter: StreamMeter, event: bytes) -> bytes:
 
 
 async def _backend_error(flow: Flow, resp: httpx.Response) -> Ending:
-    """A 4xx passes through as the backend sent it, with its Retry-After (a 429's); a
-    503 (llama.cpp still loading its model) stays a 503 with Retry-After (the
-    backend's, else 1); any other 5xx becomes a 502."""
+    """A 4xx passes through with the backend's message, in OpenAI's shape, and its
+    Retry-After (a 429's); a 503 (llama.cpp still loading its model) stays a 503 with
+    Retry-After (the backend's, else 1); any other 5xx becomes a 502."""
     try:
         data = await resp.aread()
     except httpx.HTTPError as exc:
@@ -134,6 +134,8 @@ async def _backend_error(flow: Flow, resp: httpx.Response) -> Ending:
         extra = []
     parsed = _json(data)
     if outcome is Outcome.BACKEND_REJECTED and isinstance(parsed, dict):
+        # Its message kept, in OpenAI's shape (vLLM's has an integer code).
+        data = json.dumps(wire.openai_error(parsed, status, code=outcome.value)).encode()
         headers = JSON_HEADERS + saber_headers(flow, outcome.value) + extra
         return Ending(outcome, status, data, headers, error_event=True, error=error, fault=fault)
     message = f"the backend answered {status}: {wire.error_message(data)}"

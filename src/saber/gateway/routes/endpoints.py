@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from fastapi import APIRouter, Request
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
@@ -84,16 +84,20 @@ async def _accept(gw: Gateway, flow: Flow, request: Request) -> None:
         body=payload.body,
     )
     flow.task, flow.via = res.task, res.via
+    if res.model is None:
+        gw.resolver.check_model_task(payload.model, gw.backend.models)
     if flow.key is not None:
         flow.task = flow.key.task_for(res.task, res.via, gw.tasks)
         if flow.task is not res.task:
             flow.via = "default"  # the key's
-    named = honesty.named_by_client(flow.via, payload.model, cfg.aliases)
-    cap = honesty.cap_for(flow.task, named, flow.key, cfg.task_max_tokens)
+    cap = honesty.cap_for(flow.task, flow.key, cfg.task_max_tokens)
     honesty.enforce(payload, flow.task, cap, cfg.task_max_tokens)
     model = res.model
-    if model is BACKEND_MODEL:
+    if model is BACKEND_MODEL or payload.model is None:
+        # No model named (or an alias for none): the backend's served model, said so in
+        # the answer's x-saber-default-model header when the client sent none.
         model = await gw.backend_model()
+        flow.default_model = model if payload.model is None else None
     assert model is None or isinstance(model, str)
     body = payload.upstream_body(model, cap)
     flow.call = Call(endpoint, payload, body, forwarding.headers(request.scope), dialect)
@@ -200,9 +204,7 @@ async def _readiness(gw: Gateway) -> tuple[str, str, dict[str, Any]]:
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    return Response(
-        generate_latest(gateway_of(request).metrics.registry), media_type=CONTENT_TYPE_LATEST
-    )
+    return Response(gateway_of(request).metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/saber/status")

@@ -54,7 +54,8 @@ RELAYED: dict[str, str] = {
     "/v2/rerank": "POST",
     "/version": "GET",
 }
-"""Path: method. Passed to the backend as they are; its answer, 404 included, comes back."""
+"""Path: method. Passed to the backend as they are; its answer comes back, an error
+(a 404 included) with the backend's message in OpenAI's shape."""
 
 NOT_RELAYED = (
     "saber-gateway does not relay {path}: it generates tokens, and the gateway schedules "
@@ -118,11 +119,22 @@ async def _send(upstream: Upstream, request: Request, path: str, body: bytes) ->
             content = await resp.aread()
         except httpx.HTTPError as exc:
             raise classify(exc, streaming=True) from exc
-    return Response(content, status_code=resp.status_code, headers=_headers(resp))
+    status = resp.status_code
+    if status < 400:
+        return Response(content, status_code=status, headers=_headers(resp))
+    # An error in OpenAI's shape, its message kept: FastAPI's {"detail": "Not Found"}
+    # (a route the backend lacks) would show in an SDK as nothing but its status.
+    code = "backend_rejected" if status < 500 else "backend_error"
+    body = json.dumps(wire.openai_error(content, status, code=code)).encode()
+    headers = _headers(resp, drop=("content-type",))
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
 
 
-def _headers(resp: httpx.Response) -> dict[str, str]:
-    return {k.decode("latin-1"): v.decode("latin-1") for k, v in downstream_headers(resp.headers)}
+def _headers(resp: httpx.Response, drop: tuple[str, ...] = ()) -> dict[str, str]:
+    pairs = downstream_headers(resp.headers)
+    return {
+        name: v.decode("latin-1") for k, v in pairs if (name := k.decode("latin-1")) not in drop
+    }
 
 
 async def _real_model(gw: Gateway, body: bytes) -> bytes:
