@@ -25,10 +25,12 @@ from saber.sim.http.generation import Generation
 from saber.sim.http.lengths import OutputLengths
 from saber.sim.http.metrics import SimMetrics
 from saber.sim.http.protocol import Generate, parse_chat, parse_completion, parse_json
+from saber.sim.http.responses.embeddings import embeddings
 from saber.sim.http.responses.errors import ApiError
 from saber.sim.http.responses.streaming import (
     ChatFormat,
     CompletionFormat,
+    ToolChatFormat,
     event_stream,
     whole_response,
 )
@@ -131,6 +133,10 @@ def create_app(settings: SimSettings | None = None) -> FastAPI:
     async def chat(request: Request) -> Response:
         return await _generate(sim, request, parse_chat, ChatFormat, "chatcmpl")
 
+    @app.post("/v1/embeddings")
+    async def embed(request: Request) -> dict[str, Any]:
+        return embeddings(parse_json(await request.body()), settings.model_names)
+
     @app.get("/sim/faults")
     async def get_faults() -> dict[str, Any]:
         return _fault_state(sim)
@@ -183,6 +189,8 @@ async def _generate(
     )
     gen.start()
     fmt = fmt_cls(request_id, params.model)
+    if params.tool is not None:
+        fmt = ToolChatFormat(request_id, params.model, params.tool)
     if params.stream:
         return EventStreamResponse(event_stream(gen, fmt, fault), on_close=gen.close)
     try:

@@ -24,6 +24,7 @@ from saber.sim.http.metrics import SimMetrics
 from saber.sim.http.protocol import Generate
 from saber.sim.http.responses.errors import ApiError
 from saber.sim.http.responses.text import Answer, make_answer
+from saber.sim.http.responses.tools import tool_answer
 
 
 @dataclass
@@ -75,20 +76,23 @@ class Generation:
         pairs = zip(params.prompts, params.max_tokens, strict=True)
         for i, (prompt, cap) in enumerate(pairs):
             for j in range(params.n):
-                tokens, ended = lengths.output_tokens(
-                    prompt.text,
-                    max_tokens=cap,
-                    ignore_eos=params.ignore_eos,
-                    min_tokens=params.min_tokens,
-                    choice=j,
-                )
-                answer = make_answer(
-                    tokens,
-                    ended=ended,
-                    stop=params.stop,
-                    min_tokens=params.min_tokens,
-                    include_stop=params.include_stop,
-                )
+                if params.tool is not None:  # as long as its arguments, whatever else
+                    answer = tool_answer(params.tool, cap)
+                else:
+                    tokens, ended = lengths.output_tokens(
+                        prompt.text,
+                        max_tokens=cap,
+                        ignore_eos=params.ignore_eos,
+                        min_tokens=params.min_tokens,
+                        choice=j,
+                    )
+                    answer = make_answer(
+                        tokens,
+                        ended=ended,
+                        stop=params.stop,
+                        min_tokens=params.min_tokens,
+                        include_stop=params.include_stop,
+                    )
                 index = i * params.n + j
                 self.choices.append(Choice(index, f"{request_id}-{index}", prompt, answer))
         self._queue: asyncio.Queue[Delta] = asyncio.Queue()

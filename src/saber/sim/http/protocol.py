@@ -7,7 +7,7 @@ a check rejects becomes an ``ApiError`` (400, or 404 for an unknown model).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from typing import Any
 
@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, StrictInt, ValidationError
 
 from saber.sim.http.lengths import Prompt, chat_prompt, completion_prompts
 from saber.sim.http.responses.errors import ApiError
+from saber.sim.http.responses.tools import ToolCall, plan_tool_call
+from saber.workload import count_tokens
 
 
 class StreamOptions(BaseModel):
@@ -47,6 +49,8 @@ class CompletionBody(_Body):
 class ChatBody(_Body):
     messages: list[dict[str, Any]]
     max_completion_tokens: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Generate:
     include_usage: bool
     continuous_usage: bool
     priority: int = 0  # each choice's engine priority; fcfs ignores it
+    tool: ToolCall | None = None  # a chat answer that calls this function (responses.tools)
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -101,7 +106,12 @@ def parse_chat(data: dict[str, Any], models: tuple[str, ...], max_model_len: int
                 param=f"messages.{i}.content",
             )
     max_tokens = body.max_completion_tokens or body.max_tokens
-    return _finish(body, max_tokens, [chat_prompt(body.messages)], models, max_model_len)
+    tool = plan_tool_call(body.tools, body.tool_choice, body.messages)
+    prompt = chat_prompt(body.messages)
+    if body.tools:  # the chat template writes the tools' schemas into the prompt
+        prompt = Prompt(prompt.tokens + count_tokens(json.dumps(body.tools)), prompt.text)
+    params = _finish(body, max_tokens, [prompt], models, max_model_len)
+    return params if tool is None else replace(params, tool=tool)
 
 
 def _validate(model: type[_Body], data: dict[str, Any]) -> Any:

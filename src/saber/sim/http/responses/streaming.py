@@ -2,7 +2,8 @@
 
 A stream is ``data: {json}`` frames, one per engine step that produced tokens for
 a choice, the last token's frame carrying ``finish_reason``; a chat stream opens
-each choice with a ``{"role": "assistant", "content": ""}`` delta. With
+each choice with a ``{"role": "assistant", "content": ""}`` delta, and a tool call
+(``responses.tools``) then with a delta that names the function. With
 ``stream_options.include_usage`` a last frame with empty ``choices`` carries
 ``usage``; then ``data: [DONE]``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 from http import HTTPStatus
 from typing import Any
@@ -19,6 +21,7 @@ from saber import wire
 from saber.sim.http.faults.injection import FaultDecision
 from saber.sim.http.generation import Choice, Generation
 from saber.sim.http.responses.errors import ApiError, error_body
+from saber.sim.http.responses.tools import ToolCall
 
 
 class _Format:
@@ -44,8 +47,9 @@ class _Format:
             obj["usage"] = usage
         return wire.json_event(obj)
 
-    def opening(self, index: int) -> dict[str, Any] | None:
-        return None
+    def openings(self, index: int) -> list[dict[str, Any]]:
+        """The choices sent before a choice's first tokens, each in a frame of its own."""
+        return []
 
     def delta(self, index: int, text: str, finish: str | None, stop: str | None) -> dict[str, Any]:
         raise NotImplementedError
@@ -91,13 +95,15 @@ class ChatFormat(_Format):
     object_whole = "chat.completion"
     object_chunk = "chat.completion.chunk"
 
-    def opening(self, index: int) -> dict[str, Any] | None:
-        return {
-            "index": index,
-            "delta": {"role": "assistant", "content": ""},
-            "logprobs": None,
-            "finish_reason": None,
-        }
+    def openings(self, index: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "index": index,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        ]
 
     def delta(self, index: int, text: str, finish: str | None, stop: str | None) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -132,6 +138,50 @@ class ChatFormat(_Format):
         return {**super().whole(choices, usage), "prompt_logprobs": None}
 
 
+class ToolChatFormat(ChatFormat):
+    """A chat answer that is a tool call: the arguments stream as vLLM streams them."""
+
+    def __init__(self, request_id: str, model: str, call: ToolCall) -> None:
+        super().__init__(request_id, model)
+        self.call = call
+        self._ids: dict[int, str] = {}
+
+    def call_id(self, index: int) -> str:
+        return self._ids.setdefault(index, f"chatcmpl-tool-{uuid.uuid4().hex}")
+
+    def openings(self, index: int) -> list[dict[str, Any]]:
+        named = {
+            "index": 0,
+            "id": self.call_id(index),
+            "type": "function",
+            "function": {"name": self.call.name, "arguments": ""},
+        }
+        head = {"index": index, "delta": {"tool_calls": [named]}, "logprobs": None}
+        return [*super().openings(index), {**head, "finish_reason": None}]
+
+    def delta(self, index: int, text: str, finish: str | None, stop: str | None) -> dict[str, Any]:
+        fragment = {"index": 0, "function": {"arguments": text}}
+        out: dict[str, Any] = {
+            "index": index,
+            "delta": {"tool_calls": [fragment]},
+            "logprobs": None,
+            "finish_reason": finish,
+        }
+        if finish is not None:
+            out["stop_reason"] = stop
+        return out
+
+    def whole_choice(self, choice: Choice, text: str) -> dict[str, Any]:
+        out = super().whole_choice(choice, text)
+        call = {
+            "id": self.call_id(choice.index),
+            "type": "function",
+            "function": {"name": self.call.name, "arguments": text},
+        }
+        out["message"] = {**out["message"], "content": None, "tool_calls": [call]}
+        return out
+
+
 def usage(gen: Generation, *, details: bool = False) -> dict[str, Any]:
     prompt, completion = gen.prompt_tokens, gen.completion_tokens
     out: dict[str, Any] = {
@@ -156,16 +206,12 @@ async def event_stream(gen: Generation, fmt: _Format, fault: FaultDecision) -> A
         if fault.stall_after is not None and sent + (d.end - d.start) > fault.stall_after:
             await _stall()
         sent += d.end - d.start
-        choices = []
         if d.choice.index not in opened:
             opened.add(d.choice.index)
-            head = fmt.opening(d.choice.index)
-            if head is not None:
-                choices.append(head)
+            for head in fmt.openings(d.choice.index):  # vLLM sends each in a frame of its own
+                yield fmt.frame([head])
         finish = d.choice.answer.finish_reason if d.finished else None
         stop = d.choice.answer.stop_reason if d.finished else None
-        if choices:  # vLLM sends the role delta in a frame of its own
-            yield fmt.frame(choices)
         running = usage(gen) if params.continuous_usage else None
         yield fmt.frame([fmt.delta(d.choice.index, d.text, finish, stop)], running)
     else:
