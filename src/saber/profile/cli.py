@@ -1,8 +1,12 @@
 """saber-profile: measure a live backend's speed at many loads and write the gateway's profile.
 
-    saber-profile --base-url http://127.0.0.1:8000 --model qwen-coder \\
+    saber-profile --base-url http://127.0.0.1:8000 --model qwen-coder [--quick] \\
         [--workload W3 | --dataset FILE.jsonl] [--levels 1,2,4,8,16,32,64] \\
         [--requests-per-level N] [--out profiles/NAME.json] [--plot FILE.png] [--resume]
+
+A full run is about 1,250 requests (12 minutes on saber-sim's paper preset at time
+scale 1); ``--quick`` holds each level for a set time instead, 8 s at load 1 to 32 s
+at load 64: 2 min 30 s on any engine.
 
 Exit codes: 0 the profile was written; 2 an error, printed as one line (the
 backend is unreachable, the model is not served, bad options, too few points to
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,11 +38,19 @@ from saber.profile.errors import ProfileInterrupted, ProfileRunError
 from saber.profile.feasibility import feasibility
 from saber.profile.points import points_path, read_points
 from saber.profile.report import print_summary
-from saber.profile.run import DEFAULT_POINTS, DEFAULT_ROUNDS, profile_backend
+from saber.profile.run import (
+    DEFAULT_LEVELS,
+    DEFAULT_POINTS,
+    DEFAULT_ROUNDS,
+    QUICK_LEVEL_S,
+    profile_backend,
+)
 from saber.speed import Profile
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+FULL_REQUESTS = DEFAULT_POINTS + DEFAULT_ROUNDS * sum(DEFAULT_LEVELS)  # warm-up: L at load L
+QUICK_MINUTES = "2 min 30 s"
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -64,8 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="saber-profile",
         description="Drive a vLLM, llama.cpp or saber-sim backend at several load levels "
-        "(closed loop), fit the speed models and write the profile saber-gateway loads.",
+        "(closed loop), fit the speed models and write the profile saber-gateway loads. "
+        f"A full run sends about {FULL_REQUESTS:,} requests: about 12 minutes on saber-sim's "
+        "paper preset at time scale 1, and on a GPU as long as that many answers take at "
+        f"those loads. --quick takes {QUICK_MINUTES} on any engine.",
         epilog="Exit codes: 0 done, 2 error, 130 interrupted (points kept; see --resume).",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"hold each level for a set time in one round ({QUICK_LEVEL_S:g} s at load 1, "
+        "half as long again for each doubling of the load): a profile to start with in "
+        f"{QUICK_MINUTES} (docs/profile.md says how close "
+        "it comes to a full run)",
     )
     parser.add_argument(
         "--base-url", required=True, metavar="URL", help="backend URL, with or without /v1"
@@ -160,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args: argparse.Namespace, out: Console, err: Console) -> int:
     tasks = _tasks(args.tasks)
     profile_out = args.out or Path("profiles") / f"{_slug(args.model)}.json"
+    started = time.monotonic()
     try:
         profile = profile_backend(
             args.base_url,
@@ -179,6 +204,7 @@ def _main(args: argparse.Namespace, out: Console, err: Console) -> int:
             api_key=args.api_key,
             timeout_s=args.timeout,
             resume=args.resume,
+            quick=args.quick,
             console=err,
             progress=not args.no_progress,
         )
@@ -195,6 +221,8 @@ def _main(args: argparse.Namespace, out: Console, err: Console) -> int:
             _report(args, stop.profile, tasks, profile_out, out)
         return EXIT_INTERRUPTED
     _report(args, profile, tasks, profile_out, out)
+    took = round(time.monotonic() - started)
+    err.print(f"profiled in {took // 60} min {took % 60} s", markup=False, soft_wrap=True)
     return 0
 
 

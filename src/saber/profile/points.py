@@ -14,6 +14,9 @@ loses nothing it measured. Lines are JSON objects with a ``type``:
 from __future__ import annotations
 
 import json
+import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -21,6 +24,9 @@ from typing import Any, Literal, TextIO
 from saber.profile.errors import ProfileRunError
 
 LevelStatus = Literal["done", "saturated"]
+
+AGREEMENT = 0.10
+"""A level's rounds agree when their mean speeds are within 10% of each other."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,3 +226,15 @@ def read_points(path: Path) -> Recorded:
     if recorded is None:
         raise ProfileRunError(f"{path} is not a saber-profile points file (no run line first)")
     return recorded
+
+
+def agree(rounds: Sequence[Sequence[float]]) -> bool:
+    """Whether rounds of one level measured the same speed: their means within
+    ``AGREEMENT`` of each other, or closer than three standard errors of the difference
+    (a task mix spreads speeds widely, and a few points say little about their mean)."""
+    stats = [(statistics.fmean(v), statistics.variance(v) / len(v) if len(v) > 1 else 0.0)
+             for v in rounds if v]  # fmt: skip
+    if len(stats) < 2:
+        return True
+    (low, low_var), (high, high_var) = min(stats), max(stats)
+    return high <= (1.0 + AGREEMENT) * low or high - low <= 3.0 * math.sqrt(low_var + high_var)

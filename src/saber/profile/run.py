@@ -40,6 +40,13 @@ DEFAULT_POINTS = 1000
 DEFAULT_WORKLOAD = "W3"
 DEFAULT_ROUNDS = 2
 """Visits per level: up the levels, then down (see ``saber.profile.session``)."""
+QUICK_LEVEL_S = 8.0
+"""``quick``: load 1 is held this long, warm-up included, in one round, and each doubling
+of the load half as long again (``RunSettings.seconds_for``): the seven default levels
+take 140 s, on any engine."""
+QUICK_MAX_POINTS = 10_000
+"""``quick``: counted points a level may have; its time ends it first."""
+"""``quick``: counted points per level at most; the level's time ends it first."""
 
 
 def profile_backend(
@@ -61,6 +68,7 @@ def profile_backend(
     api_key: str | None = None,
     timeout_s: float = 600.0,
     resume: bool = False,
+    quick: bool = False,
     console: Console | None = None,
     progress: bool = False,
 ) -> Profile:
@@ -75,7 +83,9 @@ def profile_backend(
     levels, then down; a level whose visits disagree is visited again); the first
     ``warmup`` requests of each visit (default: L at load L) are not counted.
     ``resume`` continues the run kept in ``points_path(out)``: its settings apply, and
-    an argument that contradicts them is an error.
+    an argument that contradicts them is an error. ``quick`` holds each level for a set
+    time instead (``QUICK_LEVEL_S`` at load 1, longer at higher loads, one round): a
+    profile to start with in under three minutes, whatever the engine.
 
     Raises ProfileRunError (one line for the operator) when the backend cannot be
     profiled or the points cannot be fitted. On Ctrl-C it raises ProfileInterrupted,
@@ -85,6 +95,7 @@ def profile_backend(
     console = console or Console(stderr=True, quiet=True)
     store = points_path(out)
     given = {
+        "level_s": QUICK_LEVEL_S if quick else None,
         "endpoint": endpoint,
         "levels": None if levels is None else tuple(sorted(set(levels))),
         "requests_per_level": requests_per_level,
@@ -92,6 +103,9 @@ def profile_backend(
         "warmup": warmup,
         "seed": seed,
     }
+    if quick:
+        given["rounds"] = given["rounds"] or 1
+        given["requests_per_level"] = given["requests_per_level"] or QUICK_MAX_POINTS
     source = f"dataset {dataset}" if dataset is not None else None
     if workload is not None:
         if source is not None:
@@ -183,6 +197,7 @@ def _settings(
         warmup=given["warmup"],
         seed=seed,
         rounds=rounds,
+        level_s=given.get("level_s"),
     )
     return settings, supply
 
@@ -274,7 +289,11 @@ def fit_profile(
             for r in fits.reports
         ],
     )
-    partial = len(points) < settings.requests_per_level * len(settings.levels)
+    if settings.level_s is None:
+        partial = len(points) < settings.requests_per_level * len(settings.levels)
+    else:  # timed visits: partial when a level below any saturation did not end
+        top = saturated.level if saturated is not None else math.inf
+        partial = any(lv not in recorded.ended for lv in settings.levels if lv < top)
     profile = build_profile(
         fits.best.model,
         [p.load for p in points],
@@ -291,10 +310,15 @@ def fit_profile(
 
 
 def _notes(settings: RunSettings, kind: str, *, partial: bool) -> str:
+    quick = (
+        f"quick: {settings.level_s:g} s at load 1, longer at higher loads; "
+        if settings.level_s is not None
+        else ""
+    )
     note = (
         f"saber-profile: closed loop over HTTP ({settings.endpoint}), {settings.source}, "
-        f"levels {list(settings.levels)}; speed = output tokens / (request sent -> end of "
-        f"stream), TTFT included; load = time-averaged requests in flight; kept {kind}"
+        f"levels {list(settings.levels)}; {quick}speed = output tokens / (request sent -> "
+        f"end of stream), TTFT included; load = time-averaged requests in flight; kept {kind}"
     )
     return note + ("; partial run" if partial else "")
 
@@ -307,4 +331,11 @@ def _norm(value: Any) -> Any:
     return list(value) if isinstance(value, tuple | list) else value
 
 
-__all__ = ["DEFAULT_LEVELS", "DEFAULT_POINTS", "DEFAULT_ROUNDS", "fit_profile", "profile_backend"]
+__all__ = [
+    "DEFAULT_LEVELS",
+    "DEFAULT_POINTS",
+    "DEFAULT_ROUNDS",
+    "QUICK_LEVEL_S",
+    "fit_profile",
+    "profile_backend",
+]

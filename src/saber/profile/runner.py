@@ -5,9 +5,9 @@ once, so the load stays at L except for the moment between one request's end and
 its successor's start; each point records the load it really saw (the time
 average of the in-flight count over its life). The first ``warmup`` requests a
 level starts are the burst that began together and are flagged, not counted.
-When enough counted points are in, the requests still running are cancelled,
-which closes their connections so the backend aborts them: they did not run at
-load L to the end.
+When enough counted points are in (or, for a timed level, its time is up), the
+requests still running are cancelled, which closes their connections so the backend
+aborts them: they did not run at load L to the end.
 
 While a level runs, a probe reads the backend's queue (``/metrics``) every
 ``poll_s``; ``is_saturated`` decides from the reads whether L is past the
@@ -161,8 +161,10 @@ class Runner:
         allowance: int = 0,
         *,
         round: int = 0,
+        seconds: float | None = None,
     ) -> LevelResult:
-        """Hold ``level`` requests in flight until ``need`` counted points are in.
+        """Hold ``level`` requests in flight until ``need`` counted points are in, or
+        ``seconds`` have passed (warm-up included).
 
         ``index`` picks the request sequence; ``round`` is recorded in each point;
         more than ``allowance`` requests waiting in the backend on consecutive reads
@@ -218,10 +220,16 @@ class Runner:
                     if result.measured >= need:
                         done.set()
 
+        async def timer(limit: float) -> None:
+            await asyncio.sleep(limit)
+            done.set()
+
         workers = [asyncio.create_task(worker()) for _ in range(level)]
         watcher = asyncio.create_task(self._watch(level, allowance, result, done))
         finished = asyncio.create_task(done.wait())
         tasks: list[asyncio.Task[Any]] = [*workers, watcher, finished]
+        if seconds is not None:
+            tasks.append(asyncio.create_task(timer(seconds)))
         try:
             pending: set[asyncio.Task[Any]] = {finished, *workers}
             while not finished.done():

@@ -11,7 +11,7 @@ and descended in the second (and so on), each visit collecting its share of the
 level's points. Something else that slows the backend for a while (another job on
 the machine) then falls on a part of several levels rather than on the whole of
 one, and a slow drift cancels between the way up and the way down. A level whose
-rounds disagree by more than ``AGREEMENT`` is visited again (at most
+rounds disagree by more than ``AGREEMENT`` (``points.agree``) is visited again (at most
 ``EXTRA_ROUNDS`` times), so that its mean averages more spells of whatever the
 machine was doing; a round far off the others (``OUTLIER``) is left out of the fit,
 and a visit takes its place even when the rounds left agree.
@@ -20,9 +20,8 @@ and a visit takes its place even when the rounds left agree.
 from __future__ import annotations
 
 import asyncio
-import math
 import statistics
-from collections.abc import Sequence
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +38,10 @@ from rich.progress import (
 
 from saber.backend import BackendError, BackendInfo, describe, fetch_load
 from saber.profile.errors import ProfileRunError
-from saber.profile.points import LevelEnd, Point, PointsFile
+from saber.profile.points import AGREEMENT, LevelEnd, Point, PointsFile, agree
 from saber.profile.requests import RequestSpec, Supply
 from saber.profile.runner import LevelResult, Runner, waiting_allowance
-from saber.profile.settings import RunSettings, SessionResult, root_url
+from saber.profile.settings import RunSettings, SessionResult, minutes, root_url
 from saber.profile.stream import RequestFailed, Target, send
 
 PROBE_TOKENS = 16
@@ -52,9 +51,6 @@ SPREAD_LIMIT = 3.0
 """A level whose p90 speed is this many times its p10 gets a warning. A task mix
 spreads speeds by up to about 2x at high loads (prefill is a different share of
 short and long requests); contention for the machine spreads them far more."""
-
-AGREEMENT = 0.10
-"""A level's rounds agree when their mean speeds are within 10% of each other."""
 
 EXTRA_ROUNDS = 2
 """At most this many more visits to a level whose rounds disagree."""
@@ -147,15 +143,16 @@ class Session:
         plan = [
             (r, index, need)
             for r, index in settings.visits()
-            if (need := settings.quota(r) - self._done(settings.levels[index], r)) > 0
+            if (need := self._need(r, settings.levels[index])) > 0
             and not self._above_saturation(settings.levels[index])
         ]
         if not plan and not self._disagreeing():
             self._say("every level is measured already; fitting the points")
             self._drop_disagreeing()
             return
+        total = sum(self._size(settings.levels[i], need) for _, i, need in plan)
+        self._say(settings.plan_text(len(plan), total))
         with self._progress() as bar:
-            total = sum(need + settings.warmup_for(settings.levels[i]) for _, i, need in plan)
             task = bar.add_task("profiling", total=total)
 
             def on_point(point: Point) -> None:
@@ -168,8 +165,7 @@ class Session:
             for r, index, need in plan:
                 level = settings.levels[index]
                 if self._above_saturation(level):  # a lower level saturated since
-                    size = need + settings.warmup_for(level)
-                    bar.update(task, total=_total(bar) - size)
+                    bar.update(task, total=_total(bar) - self._size(level, need))
                     continue
                 await self._visit(runner, bar, task, r, index)
             for _ in range(EXTRA_ROUNDS):
@@ -177,8 +173,7 @@ class Session:
                 if not again:
                     break
                 bar.update(task, total=_total(bar) + sum(
-                    settings.quota(settings.rounds) + settings.warmup_for(level)
-                    for level in again
+                    self._size(level, settings.quota(settings.rounds)) for level in again
                 ))  # fmt: skip
                 for level in again:
                     r = max(p.round for p in recorded.points if p.level == level) + 1
@@ -198,17 +193,32 @@ class Session:
             self._warn(f"{self.result.too_long} requests were rejected as too long and skipped")
 
     async def _visit(self, runner: Runner, bar: Progress, task: Any, r: int, index: int) -> None:
-        """One visit to a level: round ``r``'s share of its points."""
+        """One visit to a level: round ``r``'s share of its points, or its time."""
         settings, recorded = self.settings, self.points.recorded
         level = settings.levels[index]
-        need = settings.quota(r) - self._done(level, r)
+        need = self._need(r, level)
         warmup = settings.warmup_for(level)
+        size = self._size(level, need)
         bar.update(task, description=f"load {level:>3}")
         allowance = waiting_allowance(level, self.supply.mean_output_tokens(index))
         started = bar.tasks[0].completed
-        result = await runner.run_level(
-            level, index + r * len(settings.levels), need, warmup, allowance, round=r
-        )
+        seconds = settings.seconds_for(level)
+        ticker = None
+        if seconds is not None:  # timed: the bar counts seconds
+            ticker = asyncio.create_task(_tick(bar, task, started, seconds))
+        try:
+            result = await runner.run_level(
+                level,
+                index + r * len(settings.levels),
+                need,
+                warmup,
+                allowance,
+                round=r,
+                seconds=seconds,
+            )
+        finally:
+            if ticker is not None:
+                ticker.cancel()
         self._note(result)
         if result.saturated is not None:
             reading = result.saturated
@@ -223,14 +233,35 @@ class Session:
             higher = [lv for lv in settings.levels if lv > level]
             if higher:
                 self._say(f"skipped loads {', '.join(map(str, higher))}")
-            unfinished = started + need + warmup - bar.tasks[0].completed
-            bar.update(task, total=_total(bar) - unfinished)
+            bar.update(task, total=_total(bar) - (started + size - bar.tasks[0].completed))
             return
-        bar.update(task, completed=started + need + warmup)  # warm-up cut short by the end
+        bar.update(task, completed=started + size)  # warm-up cut short by the end
         if r == settings.rounds - 1 and level not in recorded.ended:
             self.points.end_level(LevelEnd(level, "done", result.max_running, None))
-        bar.console.print(self._level_line(level, r), markup=False, highlight=False, soft_wrap=True)
+        line = f"{self._level_line(level, r)}; {self._eta(bar)}"
+        bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
         self._check_spread(level)
+
+    def _need(self, r: int, level: int) -> int:
+        """Counted points round ``r`` of ``level`` still needs (a timed level: its cap,
+        until it has ended)."""
+        if self.settings.level_s is not None and level in self.points.recorded.ended:
+            return 0
+        return self.settings.quota(r) - self._done(level, r)
+
+    def _size(self, level: int, need: int) -> float:
+        """What a visit adds to the progress bar: seconds when timed, else requests."""
+        seconds = self.settings.seconds_for(level)
+        return seconds if seconds is not None else need + self.settings.warmup_for(level)
+
+    def _eta(self, bar: Progress) -> str:
+        """The time left to the fit: a timed run's exactly, else as the bar reckons it
+        from the requests' recent pace (higher loads finish requests faster: it falls)."""
+        t = bar.tasks[0]
+        if self.settings.level_s is not None:
+            return f"ETA {minutes(max((t.total or 0.0) - t.completed, 0.0))}"
+        left = t.time_remaining
+        return "ETA not known yet" if left is None else f"ETA {minutes(left)} at the pace so far"
 
     def _done(self, level: int, r: int) -> int:
         """Counted points measured in round ``r`` of ``level``, dropped or not."""
@@ -354,7 +385,7 @@ class Session:
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("requests"),
+            TextColumn("s" if self.settings.level_s is not None else "requests"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
@@ -371,18 +402,6 @@ class Session:
         self.console.print(
             f"warning: {text}", style="yellow", markup=False, highlight=False, soft_wrap=True
         )
-
-
-def agree(rounds: Sequence[Sequence[float]]) -> bool:
-    """Whether rounds of one level measured the same speed: their means within
-    ``AGREEMENT`` of each other, or closer than three standard errors of the difference
-    (a task mix spreads speeds widely, and a few points say little about their mean)."""
-    stats = [(statistics.fmean(v), statistics.variance(v) / len(v) if len(v) > 1 else 0.0)
-             for v in rounds if v]  # fmt: skip
-    if len(stats) < 2:
-        return True
-    (low, low_var), (high, high_var) = min(stats), max(stats)
-    return high <= (1.0 + AGREEMENT) * low or high - low <= 3.0 * math.sqrt(low_var + high_var)
 
 
 def _reason(exc: BaseException) -> str:
@@ -417,3 +436,11 @@ __all__ = [
 def _total(bar: Progress) -> float:
     """The bar's planned total (the one task it shows; set when the task was added)."""
     return bar.tasks[0].total or 0.0
+
+
+async def _tick(bar: Progress, task: Any, started: float, seconds: float) -> None:
+    """Advance a timed visit's bar with the clock, up to its ``seconds``."""
+    begun = time.monotonic()
+    while True:
+        await asyncio.sleep(0.5)
+        bar.update(task, completed=started + min(time.monotonic() - begun, seconds))
