@@ -134,8 +134,12 @@ def _report(url: str) -> None:
     status = httpx.get(url + "/saber/status").json()
     speed = status["predicted_speed_tokens_per_s"]
     print("\n/saber/status:")
-    f_l, f_next = speed["at_load"], speed["at_load_plus_1"]
-    print(f"   load {status['load']}; f(L) {f_l:.1f} tok/s; f(L+1) {f_next:.1f} tok/s")
+    f_l, f_next, at = speed["at_load"], speed["at_load_plus_1"], speed["read_at"]
+    print(
+        f"   load {status['load']}: f({at['at_load']}) {f_l:.1f} tok/s now, "
+        f"f({at['at_load_plus_1']}) {f_next:.1f} tok/s with one more request"
+    )
+    print(f"   ({speed['explain']})")
     p = status["profile"]
     print(f"   profile {p['kind']} {json.dumps(p['params'])} (R^2 {p['r2']:.3f})")
     for d in status["recent_decisions"][-3:]:

@@ -281,6 +281,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         model_name=f"{preset.model.name} on {preset.hardware.name} (engine model)",
         notes=f"virtual-time closed loop, {args.workload} mix, levels {list(DEFAULT_LEVELS)}",
     )
+    # The TTFT fit of the same closed loops, as saber-profile writes one (TTFT-kind SLAs).
+    _, ttft = engine_profile(preset, workloads[args.workload], tasks, points=args.points)
+    profile = profile.model_copy(update={"ttft_fit": ttft})
     save_profile(profile, args.out)
     print(f"wrote {args.out}: {profile.kind} r2={profile.r2:.4f} params={profile.params}")
     return 0

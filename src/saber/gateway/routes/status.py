@@ -36,7 +36,10 @@ def status(gw: Gateway) -> dict[str, Any]:
         "load": snap["load"],
         "running_requests": len(gw.scheduler.running()),
         "max_sequences_per_request": gw.config.sequence_limit(),
-        "predicted_speed_tokens_per_s": snap["predicted_speed"],
+        "predicted_speed_tokens_per_s": {
+            **snap["predicted_speed"],
+            **_read_at(gw.scheduler.elsewhere[1], snap["load"]),
+        },
         "calibration": snap["calibration"],
         "learning": gw.learning.summary(),
         "protected_speed_tokens_per_s": snap["protected_speed"],
@@ -71,6 +74,21 @@ def status(gw: Gateway) -> dict[str, Any]:
     }
 
 
+def _read_at(elsewhere: int, load: int) -> dict[str, Any]:
+    """The loads f is read at for ``at_load`` and ``at_load_plus_1``, and why: on an idle
+    engine both are f(1), since a request admitted then runs alone."""
+    now, next_ = max(1, load + elsewhere), max(1, load + 1 + elsewhere)
+    return {
+        "read_at": {"at_load": now, "at_load_plus_1": next_},
+        "explain": (
+            "tokens/s each request is predicted to get (f of the profile, times calibration): "
+            "at_load with the load as it is, at_load_plus_1 with one more request admitted; "
+            "a load below 1 reads f(1), so an idle engine shows f(1) for both"
+            + (", and sequences seen running from other gateways are added" if elsewhere else "")
+        ),
+    }
+
+
 def _replica(gw: Gateway, r: Replica) -> dict[str, Any]:
     """One backend of the pool: its health, load, speed model and what it learned."""
     sched = r.scheduler
@@ -94,6 +112,7 @@ def _replica(gw: Gateway, r: Replica) -> dict[str, Any]:
             "at_load": sched.predicted_speed(load),
             "at_load_plus_1": sched.predicted_speed(load + 1),
             "max": sched.max_speed,
+            **_read_at(counted, load),
         },
         "calibration": round(sched.calibration, 4),
         "profile": str(r.profile.profile_path),
