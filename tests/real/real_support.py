@@ -15,6 +15,7 @@ import pytest
 from openai import OpenAI
 
 from harness import EngineGateway, EngineProcess, scrape, wait_for
+from saber import wire
 from saber.config import load_gateway_config
 from saber.gateway import settings_from_config, start_in_thread
 from saber.speed import load_profile
@@ -192,6 +193,27 @@ def check_ignore_eos_lengths(gw: EngineGateway, max_tokens: int) -> None:
     assert chat.usage is not None and text.usage is not None
     assert chat.usage.completion_tokens == max_tokens
     assert text.usage.completion_tokens == max_tokens
+
+
+Call = tuple[str, str, dict[str, Any] | None]
+"""(method, path, JSON body) of one request."""
+
+
+def check_errors_in_openai_shape(gw: EngineGateway, calls: Sequence[Call]) -> None:
+    """Each call's error, straight from the engine and through the gateway: the same
+    status, and through the gateway OpenAI's ``{"error": {"message", "type", "param",
+    "code"}}`` with the engine's own message (issue 48: vLLM's body with its integer code
+    and exception name, and llama.cpp's, came back as the engines wrote them)."""
+    for method, path, body in calls:
+        direct = httpx.request(method, gw.engine.base_url + path, json=body, timeout=120)
+        through = httpx.request(method, gw.url + path, json=body, timeout=120)
+        assert direct.status_code >= 400, (path, direct.text[:300])
+        assert through.status_code == direct.status_code, (path, through.text[:300])
+        assert wire.is_openai_error(through.json()), (path, direct.text[:300], through.text)
+        err = through.json()["error"]
+        assert err["message"] == wire.error_message(direct.content, limit=2000), path
+        assert err["type"] == wire.error_type(direct.status_code), path
+        assert err["code"] == "backend_rejected" or direct.status_code >= 500, path
 
 
 def served_profile(engine: EngineProcess, path: Path) -> dict[str, Any]:

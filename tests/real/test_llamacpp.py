@@ -25,6 +25,7 @@ from real_support import (
     backend_status,
     check_chat,
     check_completions,
+    check_errors_in_openai_shape,
     check_ignore_eos_lengths,
     client_for,
     direct_prompt_tokens,
@@ -211,6 +212,23 @@ def test_engine_killed_mid_request_then_restarted(llamacpp_gateway: EngineGatewa
     )
     assert reply.usage is not None and reply.usage.completion_tokens == 8
     assert httpx.get(llamacpp_gateway.url + "/health", timeout=10).status_code == 200
+
+
+def test_llamacpps_errors_come_back_in_openai_shape_with_its_message(
+    llamacpp_gateway: EngineGateway,
+) -> None:
+    """llama-server writes its own shape (an integer ``code``, its own type names);
+    through the gateway each error has OpenAI's, its message and status kept."""
+    model = llamacpp_gateway.engine.model
+    chat = {"model": model, "messages": MESSAGES, "max_tokens": 4}
+    check_errors_in_openai_shape(
+        llamacpp_gateway,
+        [
+            ("POST", "/v1/completions", {"model": model, "prompt": "x " * 20_000, "max_tokens": 4}),
+            ("POST", "/v1/chat/completions", {**chat, "response_format": {"type": "nope"}}),
+            ("POST", "/v1/embeddings", {"model": model, "input": ["def f():"]}),
+        ],
+    )
 
 
 def test_gateway_knows_its_backend(llamacpp_gateway: EngineGateway) -> None:

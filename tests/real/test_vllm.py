@@ -24,6 +24,7 @@ from real_support import (
     backend_status,
     check_chat,
     check_completions,
+    check_errors_in_openai_shape,
     check_ignore_eos_lengths,
     client_for,
     direct_prompt_tokens,
@@ -33,6 +34,7 @@ from real_support import (
 )
 
 from harness import EngineGateway, scrape
+from saber import wire
 from saber.backend import BackendKind, BackendLoad, parse_load
 
 pytestmark = pytest.mark.vllm
@@ -128,23 +130,34 @@ def test_stream_without_usage_carries_none(vllm_gateway: EngineGateway, endpoint
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
-def test_unknown_model_is_vllms_404(vllm_gateway: EngineGateway) -> None:
+def test_unknown_model_is_vllms_404_in_openai_shape(vllm_gateway: EngineGateway) -> None:
     client = client_for(vllm_gateway.api_url)
     with pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(model="no-such-model", messages=MESSAGES, max_tokens=4)
-    assert caught.value.status_code == 404
+    assert caught.value.status_code == 404 and "no-such-model" in caught.value.message
     body = caught.value.response.json()
-    assert body["error"]["type"] == "NotFoundError"
-    assert body["error"]["code"] == 404
-    assert "no-such-model" in body["error"]["message"]
-    # Passed through as vLLM wrote it.
-    direct = httpx.post(
-        vllm_gateway.engine.base_url + "/v1/chat/completions",
-        json={"model": "no-such-model", "messages": MESSAGES, "max_tokens": 4},
-        timeout=30,
+    assert (body["error"]["type"], body["error"]["code"]) == ("not_found_error", "backend_rejected")
+
+
+def test_vllms_errors_come_back_in_openai_shape_with_its_message(
+    vllm_gateway: EngineGateway,
+) -> None:
+    """vLLM writes its own shape (``"type": "BadRequestError"``, the status as an integer
+    ``code``); through the gateway each error has OpenAI's, its message and status kept.
+    Each request names a ``max_tokens`` within its task's cap, so that the gateway sends
+    it as it came and vLLM's message (which quotes the numbers) is the same both ways."""
+    model = vllm_gateway.engine.model
+    chat = {"model": model, "messages": MESSAGES}
+    check_errors_in_openai_shape(
+        vllm_gateway,
+        [
+            ("POST", "/v1/chat/completions", {**chat, "model": "no-such-model"}),
+            ("POST", "/v1/chat/completions", {**chat, "max_tokens": 4, "min_tokens": 8}),
+            ("POST", "/v1/completions", {"model": model, "prompt": "x " * 20_000, "max_tokens": 4}),
+            ("POST", "/v1/embeddings", {"model": model, "input": ["def f():"]}),
+            ("POST", "/detokenize", {"model": model, "tokens": [-1]}),
+        ],
     )
-    assert direct.status_code == 404
-    assert body == direct.json()
 
 
 def test_disconnect_aborts_the_request_upstream(vllm_gateway: EngineGateway) -> None:
@@ -314,7 +327,11 @@ def test_the_other_routes_answer_as_vllm_does(vllm_gateway: EngineGateway) -> No
         direct = httpx.request(method, engine.base_url + path, json=body, timeout=30)
         through = httpx.request(method, gw.url + path, json=body, timeout=30)
         assert through.status_code == direct.status_code, path
-        assert through.json() == direct.json(), path
+        if direct.status_code < 400:
+            assert through.json() == direct.json(), path
+        else:  # an error: its message, in OpenAI's shape
+            assert wire.is_openai_error(through.json()), path
+            assert through.json()["error"]["message"] == wire.error_message(direct.content)
     # An alias stands for the served model, as on the completion routes.
     aliased = httpx.post(gw.url + "/tokenize", json={"model": "chat", "prompt": PROMPT})
     assert aliased.json()["tokens"] == tokens
