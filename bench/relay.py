@@ -234,6 +234,19 @@ def _errors(log: Path, lines: int = 3) -> str:
     return "\n".join(line[:600] for line in text[-lines:])
 
 
+def _waits(log: Path, last: int) -> str:
+    """Where the gateway's own TTFT went, from its log lines (``log_requests``) for the
+    last ``last`` requests: the wait for admission, then the first token."""
+    lines = [line for line in log.read_text().splitlines() if '"msg":"request"' in line]
+    records = [json.loads(line) for line in lines[-last:]]
+    queue = array("d", (r["queue_ms"] / 1000 for r in records if r.get("queue_ms") is not None))
+    ttft = array("d", (r["ttft_ms"] / 1000 for r in records if r.get("ttft_ms") is not None))
+    return (
+        f"{'':>7}   gateway's log: queue p50/p99 {pct(queue, 50):.1f} / {pct(queue, 99):.1f} ms, "
+        f"its TTFT p50/p99 {pct(ttft, 50):.1f} / {pct(ttft, 99):.1f} ms"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--levels", type=int, nargs="+", default=[1, 16, 64, 256, 1024])
@@ -247,10 +260,12 @@ def main() -> None:
     p.add_argument("--transport", choices=["httpx", "aiohttp"], default=None)
     p.add_argument("--litellm", default=None, help="LiteLLM's litellm command (or $LITELLM)")
     p.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
+    p.add_argument("--keep", metavar="DIR", help="write the processes' logs there, and keep them")
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="saber-relay-") as tmp, ExitStack() as stack:
-        work = Path(tmp)
+        work = Path(args.keep or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         port = free_port()
         sim_argv = [
             sys.executable, "-m", "saber.sim.http", "--port", str(port),
@@ -322,6 +337,7 @@ def main() -> None:
                     print(row(level, run, name, t, seen["direct"], paths[name][1]), flush=True)
                 if seen["gateway"].errors:
                     print(_errors(gateway.log_path), flush=True)
+                print(_waits(gateway.log_path, requests), flush=True)
         print(
             "\nratio = chunks/s over direct's in the same run; CPU us/chk = the proxy's CPU "
             "time per chunk it relayed (direct: saber-sim's); gap = between two reads of a "

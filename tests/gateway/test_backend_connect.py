@@ -16,7 +16,7 @@ import uvloop
 from gateway_support import GatewayFactory
 
 from harness import metric_value
-from saber.gateway.upstream.connect import ConnectGate
+from saber.gateway.upstream.connect import within
 
 EVENTS = (
     b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
@@ -141,10 +141,9 @@ def test_a_connect_the_kernel_completed_survives_a_busy_loop() -> None:
     port = listener.getsockname()[1]
 
     async def connect() -> bool:
-        gate = ConnectGate(timeout_s=0.1)
         loop = asyncio.get_running_loop()
         loop.call_soon(time.sleep, 0.4)  # the busy loop, after the connect has begun
-        _, writer = await gate.open(asyncio.open_connection("127.0.0.1", port))
+        _, writer = await within(asyncio.open_connection("127.0.0.1", port), 0.1)
         writer.close()
         return True
 
@@ -164,10 +163,9 @@ def test_a_backend_that_never_accepts_times_out_at_the_deadline() -> None:
     fillers = [socket.create_connection(("127.0.0.1", port), timeout=1)]
 
     async def connect() -> float:
-        gate = ConnectGate(timeout_s=0.3)
         started = time.monotonic()
         with pytest.raises(TimeoutError):
-            await gate.open(asyncio.open_connection("127.0.0.1", port))
+            await within(asyncio.open_connection("127.0.0.1", port), 0.3)
         return time.monotonic() - started
 
     try:

@@ -16,7 +16,7 @@ import httpx
 from saber import wire
 from saber.backend import describe_exc
 from saber.config import BackendSettings
-from saber.gateway.upstream.connect import ConnectGate, GatedBackend, GatedConnector
+from saber.gateway.upstream.connect import TimedBackend, TimedConnector
 from saber.scheduler import Outcome
 
 Header = tuple[bytes, bytes]
@@ -143,8 +143,8 @@ def make_client(
     settings: BackendSettings, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
     """The shared client: keep-alive, a pool as large as the configured limit, new
-    connections opened a few at a time within the connect timeout (``ConnectGate``),
-    and a long read timeout (the longest silence)."""
+    connections within the connect timeout (``connect.within``, which a late loop
+    cannot trip), and a long read timeout (the longest silence)."""
     limits = httpx.Limits(
         max_connections=settings.max_connections,
         max_keepalive_connections=settings.max_connections,
@@ -153,20 +153,20 @@ def make_client(
         keepalive_expiry=KEEPALIVE_EXPIRY_S,
     )
     timeout = httpx.Timeout(
-        connect=None,  # the gate's (connect_timeout_s), which a late loop cannot trip
+        connect=None,  # connect.within's (connect_timeout_s)
         read=settings.read_timeout_s,
         write=settings.read_timeout_s,
         pool=settings.read_timeout_s,
     )
     if transport is not None:  # tests
         return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)
-    gate = ConnectGate(settings.connect_timeout_s)
+    connect_s = settings.connect_timeout_s
     if settings.transport == "aiohttp":
         from httpx_aiohttp import AiohttpTransport
 
         def session() -> aiohttp.ClientSession:
-            connector = GatedConnector(
-                gate, limit=settings.max_connections, keepalive_timeout=KEEPALIVE_EXPIRY_S
+            connector = TimedConnector(
+                connect_s, limit=settings.max_connections, keepalive_timeout=KEEPALIVE_EXPIRY_S
             )
             return aiohttp.ClientSession(connector=connector)
 
@@ -175,7 +175,7 @@ def make_client(
         )
     pooled = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
     pool = pooled._pool
-    pool._network_backend = GatedBackend(gate, pool._network_backend)
+    pool._network_backend = TimedBackend(connect_s, pool._network_backend)
     return httpx.AsyncClient(transport=pooled, timeout=timeout, trust_env=False)
 
 

@@ -1,5 +1,5 @@
-"""Opening connections to the backend: a few at a time, and timed so that a gateway
-whose own event loop is late is not taken for a backend that is slow to accept.
+"""Opening connections to the backend, timed so that a gateway whose own event loop is
+late is not taken for a backend that is slow to accept.
 
 A connect is a chain of several turns of the event loop (the socket's connect, then
 the transport, then the protocol). The timer that ends it runs first in the turn
@@ -12,10 +12,11 @@ it counts as timed out: on a loop that keeps up these take microseconds, and a
 backend that does not accept still fails at the deadline. A refused or unreachable
 backend fails at once, as the kernel says so, without any timer.
 
-At most ``OPENING`` connections are being opened at once; a request waits for its
-turn to open one (or for a pooled connection) under the pool's timeout, not the
-connect timeout, so that a burst of a thousand new streams does not flood the
-backend's listen queue, and no connect's time is spent waiting behind the others.
+How many connections are open, or being opened, is the pool's limit
+(``backend.max_connections``). A tighter bound on those being opened at once was
+tried and not kept: with 64 or 256 at a time, a burst of 1,024 new streams reached
+saber-sim in waves, and the gateway's p99 time to first token grew from 5.7 s to
+25-41 s (bench/relay.py, 1,024 streams).
 """
 
 from __future__ import annotations
@@ -29,40 +30,15 @@ import httpcore
 
 T = TypeVar("T")
 
-OPENING = 64
-"""The most connections to one backend being opened at the same time."""
 TURNS = 16
 """Turns of the event loop a connect is given after its deadline."""
 
 
-class ConnectGate:
-    """How many connections are being opened at once, and each one's deadline."""
-
-    def __init__(self, timeout_s: float, opening: int = OPENING) -> None:
-        self.timeout_s = timeout_s
-        self.opening = opening
-        self._slots: asyncio.Semaphore | None = None  # made in the loop that uses it
-
-    async def open(self, connecting: Coroutine[Any, Any, T]) -> T:
-        """``connecting``'s result once a slot is free and it completes; TimeoutError
-        if it has not completed by the deadline and the turns after it."""
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.opening)
-        try:
-            await self._slots.acquire()
-        except BaseException:
-            connecting.close()  # cancelled while it waited for a slot: never began
-            raise
-        try:
-            return await _within(connecting, self.timeout_s)
-        finally:
-            self._slots.release()
-
-
-async def _within(connecting: Coroutine[Any, Any, T], timeout_s: float) -> T:
-    """Await ``connecting`` in this task; at the deadline, count ``TURNS`` turns of the
-    loop (a callback that schedules itself again) before cancelling it, as
-    ``asyncio.timeout`` would at once."""
+async def within(connecting: Coroutine[Any, Any, T], timeout_s: float) -> T:
+    """``connecting``'s result, awaited in this task; TimeoutError if it has not
+    completed ``timeout_s`` in, and ``TURNS`` turns of the loop after that (counted by a
+    callback that schedules itself again), where ``asyncio.timeout`` would cancel at
+    once."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
@@ -89,23 +65,24 @@ async def _within(connecting: Coroutine[Any, Any, T], timeout_s: float) -> T:
         timer.cancel()
 
 
-class GatedConnector(aiohttp.TCPConnector):
-    """aiohttp's pool, opening its new connections through a ``ConnectGate`` (aiohttp's
-    own connect timer is left unset: the gate times the connect)."""
+class TimedConnector(aiohttp.TCPConnector):
+    """aiohttp's pool, its new connections timed by ``within`` (aiohttp's own connect
+    timer is left unset)."""
 
-    def __init__(self, gate: ConnectGate, **kwargs: Any) -> None:
+    def __init__(self, connect_timeout_s: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._gate = gate
+        self._connect_timeout_s = connect_timeout_s
 
     async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
-        return await self._gate.open(super()._create_connection(req, traces, timeout))
+        connecting = super()._create_connection(req, traces, timeout)
+        return await within(connecting, self._connect_timeout_s)
 
 
-class GatedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's network backend, opening its TCP connections through a ``ConnectGate``."""
+class TimedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend, its TCP connections timed by ``within``."""
 
-    def __init__(self, gate: ConnectGate, inner: httpcore.AsyncNetworkBackend) -> None:
-        self._gate = gate
+    def __init__(self, connect_timeout_s: float, inner: httpcore.AsyncNetworkBackend) -> None:
+        self._connect_timeout_s = connect_timeout_s
         self._inner = inner
 
     async def connect_tcp(
@@ -118,7 +95,7 @@ class GatedBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         connecting = self._inner.connect_tcp(host, port, None, local_address, socket_options)
         try:
-            return await self._gate.open(connecting)
+            return await within(connecting, self._connect_timeout_s)
         except TimeoutError as exc:
             raise httpcore.ConnectTimeout(str(exc)) from exc
 
