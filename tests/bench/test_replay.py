@@ -175,3 +175,37 @@ def test_a_bad_trace_line_exits_2_with_its_file_and_number(tmp_path, capsys):
     assert "neither a trace file nor a case (azure-code, joint-W1" in capsys.readouterr().err
     assert main(["replay", "W1", "--variants", "default+nope,usl+mean", "--no-progress"]) == 2
     assert "unknown variant(s) default+nope:" in capsys.readouterr().err
+
+
+def test_a_jsonl_trace_mixes_named_and_unnamed_tasks_and_keeps_each_requests_slo(tmp_path, capsys):
+    lines = [
+        {"arrival": 0.0, "prompt_tokens": 100, "output_tokens": 20, "task": "code_qna"},
+        {"arrival": 0.5, "prompt_tokens": 900, "output_tokens": 40},
+        {"arrival": 2.0, "prompt_tokens": 100, "output_tokens": 30, "task": "code_qna"},
+        {"arrival": 9.0, "prompt_tokens": 80, "output_tokens": 20, "task": "code_qna",
+         "e2e_s": 0.001},  # no engine answers in a millisecond
+        {"arrival": 9.5, "prompt_tokens": 60, "output_tokens": 25, "task": "code_qna",
+         "e2e_s": 0.001},
+        {"arrival": 12.0, "prompt_tokens": 700, "output_tokens": 50, "prompt": "x" * 2000},
+    ]  # fmt: skip
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    args = ["replay", str(path), "--presets", "paper", "--windows", "1", "--window-size", "3"]
+    args += ["--rate-of", "trace", "--rates", "1", "--batch-sizes", "10", "--variants", ""]
+    assert main([*args, "--jobs", "1", "--no-progress", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["policies"] == ["default", "told", "told:code_qna", f"told:{UNNAMED_TASK}"]
+    assert data["trace"]["tasks"][UNNAMED_TASK]["max_tokens"] == 64
+    ((key, runs),) = rows_by_window(data["rows"]).items()
+    assert key[2:] == (1, 3) and runs["vllm"]["rps"] == pytest.approx(5 / 12.0)
+    # The two requests with their own 1 ms SLO are missed even alone; the third, the
+    # unnamed task's at 1.5 x its own time alone, is met.
+    assert runs["ceiling"]["goodput"] == pytest.approx(1 / 3)
+    assert max(r["goodput"] for r in runs.values()) == pytest.approx(1 / 3)
+
+
+def test_a_window_whose_requests_arrive_at_once_has_no_rate(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"arrival": 0, "prompt_tokens": 5, "output_tokens": 3}\n' * 4)
+    assert main(["replay", str(path), "--windows", "1", "--window-size", "2"]) == 2
+    assert "window 0 (from request 0): a rate needs" in capsys.readouterr().err

@@ -129,6 +129,11 @@ def prepare(replay: Replay) -> ReplayTrace:
     requests = load_case(replay.trace, max(needed, BURST))
     starts = window_starts(len(requests), replay.windows, replay.window_size, replay.start)
     tasks = trace_tasks(requests, shipped_tasks(), replay.max_tokens)
+    for k, first in enumerate(starts):
+        try:
+            mean_rate(requests[first : first + replay.window_size])
+        except ValueError as exc:
+            raise ValueError(f"window {k} (from request {first}): {exc}") from None
     return ReplayTrace(
         replay.trace,
         tuple(with_caps(requests, tasks)),
