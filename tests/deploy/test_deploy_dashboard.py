@@ -96,6 +96,7 @@ def test_dashboard_has_the_panels_operators_need() -> None:
     every = set().union(*reads.values())
     assert {
         "saber_sla_requests_total",  # goodput per task
+        "saber_slo_requests_total",  # which part of the SLO is missed
         "saber_queue_depth",  # queues per task and tier
         "saber_admissions_total",
         "saber_demotions_total",

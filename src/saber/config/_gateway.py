@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from saber.config._slo import SloBounds
 from saber.config._tasks import DEFAULT_PROFILE_DIR, Name, TaskType, load_tasks
 
 MIN_METRICS_INTERVAL_S = 0.1
@@ -285,6 +286,11 @@ class ApiKey(BaseModel):
         default=None, description="its task when the request names none it may use"
     )
     max_tokens: int | None = Field(default=None, ge=1, description="a cap on max_tokens")
+    slo_bounds: SloBounds | None = Field(
+        default=None,
+        description="the limits its requests may state for themselves (x-slo-*-ms), in "
+        "place of each task's slo_bounds",
+    )
 
 
 class GatewayConfig(BaseModel):

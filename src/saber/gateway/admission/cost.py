@@ -16,7 +16,7 @@ body that goes upstream is not changed for it.
 from __future__ import annotations
 
 from saber import wire
-from saber.config import TaskType
+from saber.config import Slo, TaskType
 from saber.gateway.edge.payload import Payload
 from saber.gateway.errors import invalid
 from saber.scheduler import SchedRequest, TaskLengths, request_for
@@ -43,13 +43,14 @@ def scheduler_request(
     arrival: float,
     lengths: TaskLengths,
     affinity: str | None = None,
+    slo: Slo | None = None,
 ) -> SchedRequest:
     """The request as the scheduler sees it: its sequences, each bounded by the client's
     ``max_tokens`` (lowered to ``cap``, the task honesty cap) and raised to its
     ``min_tokens``; exactly its cap when its length is forced; its session's key
     (``affinity``), if any; its prompt's size and fingerprint (``edge.prompt``), which
-    its expected length and its prefill may follow. ValueError for a token count no
-    engine serves."""
+    its expected length and its prefill may follow; its own SLO (``edge.slo``), each part
+    replacing its task's. ValueError for a token count no engine serves."""
     max_tokens = payload.max_tokens
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(cap, max_tokens)
@@ -68,4 +69,5 @@ def scheduler_request(
         prompt_bytes=payload.prompt.nbytes or None,
         prompt_tokens=payload.prompt.tokens,
         fingerprint=payload.prompt.fingerprint,
+        slo=slo,
     )

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from saber.config import TaskType
+from saber.config import Part, Slo, TaskType
 from saber.gateway.admission.driver import Admission
 from saber.gateway.edge.access import Key
 from saber.gateway.edge.honesty import overran
@@ -52,6 +52,7 @@ class Flow:
         self.endpoint = endpoint
         self.key: Key | None = None  # the client's API key, when keys are configured
         self.task: TaskType | None = None
+        self.slo: Slo | None = None  # its own limits (headers), each replacing its task's
         self.via: Via | None = None
         self.call: Call | None = None
         self.req: SchedRequest | None = None  # once offered: its tier, admission, outcome
@@ -176,14 +177,23 @@ def _account(
     if ttft is not None:
         m.ttft.observe(ttft)
     latency = sla_met = None
+    parts: dict[Part, bool] = {}
     end = flow.ended
     if outcome.served and end is not None and flow.task is not None:
         latency = end - flow.arrival
-        # A TTFT SLA is met by the first token; a whole answer's first token is its end.
-        judged = ttft if flow.task.sla_kind == "ttft" and ttft is not None else latency
-        sla_met = judged <= flow.task.sla_s
+        # Every part stated, as vLLM counts goodput; a whole answer's first token is its
+        # end (and so its tokens after the first take no time).
+        slo = flow.task.slo if flow.slo is None else flow.task.slo.merged(flow.slo)
+        parts = slo.met(
+            ttft=ttft if ttft is not None else latency,
+            e2e=latency,
+            output_tokens=-(-flow.tokens // flow.seqs),
+        )
+        sla_met = all(parts.values())
         m.latency.observe(latency)
         (m.sla_within if sla_met else m.sla_outside).inc()
+        for part, met in parts.items():
+            m.slo_parts[(part, met)].inc()
         admitted = flow.req.admitted_at if flow.req is not None else None
         if admitted is not None and flow.tokens > 0 and end > admitted:
             m.speed.observe(flow.tokens / flow.seqs / (end - admitted))
@@ -196,6 +206,7 @@ def _account(
         metrics.key_requests.labels(flow.key.name, outcome.value).inc()
     if flow.log_requests():
         fields = _fields(flow, outcome, status, error, queue_s, ttft, latency, sla_met)
+        fields["slo_met"] = parts or None
         fields["key"] = flow.key.name if flow.key is not None else None
         fields["overrun"] = overrun
         log_request(fields)
@@ -233,6 +244,7 @@ def _fields(
         "seqs": req.seqs if req is not None else None,
         "sla_s": flow.task.sla_s if flow.task is not None else None,
         "sla_kind": flow.task.sla_kind if flow.task is not None else None,
+        "slo": None if flow.slo is None else flow.slo.describe(),
         "sla_met": sla_met,
         "error": error,
     }

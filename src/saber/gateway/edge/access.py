@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from saber import wire
-from saber.config import GatewayConfig, TaskType
+from saber.config import GatewayConfig, SloBounds, TaskType
 from saber.gateway.edge.tasks import Via
 from saber.gateway.errors import GatewayError
 from saber.scheduler import Outcome
@@ -45,6 +45,8 @@ class Key:
     """The task types it may use; empty: all."""
     default_task: str | None
     max_tokens: int | None
+    slo_bounds: SloBounds | None = None
+    """What its requests may state of their own SLO, in place of their task's bounds."""
 
     def task_for(self, task: TaskType, via: Via, tasks: dict[str, TaskType]) -> TaskType:
         """The task a request of this key runs as: ``task`` if the key may use it; the
@@ -96,6 +98,7 @@ class Access:
                 tasks=frozenset(k.tasks),
                 default_task=k.default_task,
                 max_tokens=k.max_tokens,
+                slo_bounds=k.slo_bounds,
             )
             for k in config.client_keys()
         ]

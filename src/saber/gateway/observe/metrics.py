@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from saber.config import TaskType
+from saber.config import PARTS, Part, TaskType
 from saber.gateway.observe.collectors import (
     BackendCollector,
     LearningCollector,
@@ -79,6 +79,7 @@ class TaskSeries:
     admissions: dict[Tier, Any]
     sla_within: Any
     sla_outside: Any
+    slo_parts: dict[tuple[Part, bool], Any]  # (part, met) -> saber_slo_requests_total
     queue_wait: Any
     ttft: Any
     latency: Any
@@ -143,9 +144,16 @@ class GatewayMetrics:
         )
         self.sla = Counter(
             "saber_sla_requests",
-            "Served requests within or outside their task's SLA: end to end (sla_kind e2e), "
-            "or on the first token for a task with a TTFT SLA (sla_kind ttft).",
+            "Served requests within or outside their SLO: within when they meet every part "
+            "stated (vLLM's goodput rule); sla_kind names the primary part, e2e or ttft.",
             ["task", "sla", "sla_kind"],
+            registry=r,
+        )
+        self.slo = Counter(
+            "saber_slo_requests",
+            "Served requests by each part of their SLO they state (ttft: first token; tpot: "
+            "mean time per token after the first; e2e: the whole answer), met or not.",
+            ["task", "part", "met"],
             registry=r,
         )
         self.admissions = Counter(
@@ -281,6 +289,11 @@ class GatewayMetrics:
                 admissions={t: self.admissions.labels(task, t.value) for t in Tier},
                 sla_within=self.sla.labels(task, "within", sla_kind),
                 sla_outside=self.sla.labels(task, "outside", sla_kind),
+                slo_parts={
+                    (part, met): self.slo.labels(task, part, "true" if met else "false")
+                    for part in PARTS
+                    for met in (True, False)
+                },
                 queue_wait=self.queue_wait.labels(task),
                 ttft=self.ttft.labels(task),
                 latency=self.latency.labels(task),

@@ -18,6 +18,7 @@ from saber.gateway.edge import forwarding, honesty
 from saber.gateway.edge import payload as payloads
 from saber.gateway.edge.affinity import session_key
 from saber.gateway.edge.payload import PATHS, Call
+from saber.gateway.edge.slo import requested_slo
 from saber.gateway.edge.tasks import BACKEND_MODEL, Endpoint
 from saber.gateway.errors import GatewayError, internal, invalid
 from saber.gateway.exchange.response import Exchange
@@ -101,6 +102,7 @@ async def _accept(gw: Gateway, flow: Flow, request: Request) -> None:
     assert model is None or isinstance(model, str)
     body = payload.upstream_body(model, cap)
     flow.call = Call(endpoint, payload, body, forwarding.headers(request.scope), dialect)
+    flow.slo = requested_slo(request.headers, flow.task, flow.key)
     try:
         flow.req = scheduler_request(
             flow.task,
@@ -110,6 +112,7 @@ async def _accept(gw: Gateway, flow: Flow, request: Request) -> None:
             arrival=flow.arrival,
             lengths=gw.scheduler.lengths,
             affinity=_session(gw, flow, request),
+            slo=flow.slo,
         )
     except ValueError as exc:  # a token count no engine serves
         message = str(exc)
