@@ -131,7 +131,7 @@ def test_replay_cli_on_the_azure_code_trace(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed.startswith("## Replay of azure-code") and "| 1.5x |" in printed
     data = json.loads((out / "results.json").read_text())
-    assert data["policies"] == ["default", "told", "default+unconditioned"]
+    assert data["policies"] == ["default", "told", "default+unconditioned+no_prefill"]
     engine = data["engines"]["paper"]
     assert engine["sla_s"] == pytest.approx(1.5 * engine["alone_p90_s"])
     windows = rows_by_window(data["rows"])
@@ -155,7 +155,7 @@ def test_replay_cli_on_joint_w1_tells_each_task_on_the_same_windows(capsys):
     data = json.loads(capsys.readouterr().out)
     told = [f"told:{t}" for t in ("code_generation", "code_qna", "code_summary",
                                   "code_translation")]  # fmt: skip
-    assert data["policies"] == ["default", "told", *told, "default+unconditioned"]
+    assert data["policies"] == ["default", "told", *told, "default+unconditioned+no_prefill"]
     assert data["engines"]["paper"]["sla_s"] is None  # the shipped task types' SLAs
     windows = rows_by_window(data["rows"])
     # 1,024 requests generated (a burst's worth, to measure the capacity): spread over.

@@ -65,7 +65,9 @@ Told = bool | frozenset[str]  # simulate's trust_max_tokens: all, none, or these
 # 4.8, 10.2, 23.9 on joint-W1.
 PRESETS = ("paper", "a10-qwen2.5-coder-7b", "a100-80gb-qwen2.5-coder-7b", "h100-qwen2.5-coder-7b")
 RATES = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0)
-VARIANTS = ("default+unconditioned",)  # the default before answer lengths were conditioned
+# The default before round 4: without lengths conditioned on what requests carry, and
+# without prompts priced (the prefill).
+VARIANTS = ("default+unconditioned+no_prefill",)
 TOLD = "told"
 STATIC = "static"  # the task that serves every static B, vLLM alone and the ceiling
 VLLM = "vllm"
@@ -243,8 +245,15 @@ def serve_policy(
     """``window`` served by the scheduler of policy ``name``, as shipped (online refit
     on), started from ``state`` (what it learned before) if given."""
     kind, policy, told = policy_of(name)
-    ttft = None if setup.ttft is None else setup.ttft.predict
-    sched = Scheduler(setup.models[kind], policy, tasks=setup.tasks, ttft=ttft, seed=seed)
+    fit = setup.ttft
+    sched = Scheduler(
+        setup.models[kind],
+        policy,
+        tasks=setup.tasks,
+        ttft=None if fit is None else fit.predict,
+        prefill=None if fit is None else fit.prefill,
+        seed=seed,
+    )
     if state is not None:
         restore(sched, state)
     result = simulate(
