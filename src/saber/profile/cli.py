@@ -36,7 +36,7 @@ from saber.config import (
 )
 from saber.profile.errors import ProfileInterrupted, ProfileRunError
 from saber.profile.feasibility import feasibility
-from saber.profile.points import points_path, read_points
+from saber.profile.points import Point, points_path, read_points
 from saber.profile.report import print_summary
 from saber.profile.run import (
     DEFAULT_LEVELS,
@@ -45,7 +45,9 @@ from saber.profile.run import (
     QUICK_LEVEL_S,
     profile_backend,
 )
-from saber.speed import Profile
+from saber.profile.slos import MARGIN, SHARE, basis, met_shares, slos_yaml, suggest_slos
+from saber.profile.slos.view import latency_view, met_levels, share_text, suggestions_view
+from saber.speed import LatencyTable, Profile
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -154,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-plot", action="store_true", help="write no PNG")
     parser.add_argument(
+        "--suggest-slos",
+        type=Path,
+        metavar="FILE",
+        help="also write the suggested SLOs (printed after the tables) to FILE, as YAML: "
+        "tasks: {NAME: {ttft_s, tpot_s, e2e_s}}",
+    )
+    parser.add_argument(
         "--resume", action="store_true", help="continue the run kept in OUT.points.jsonl"
     )
     add_config_file(parser, "tasks", "task types judged in the feasibility report")
@@ -239,6 +248,8 @@ def _report(
     top = max(p.level for p in points)
     rows = feasibility(profile.speed_model(), tasks, profiled_max=top, ttft=profile.ttft_fit)
     print_summary(out, profile, recorded, rows)
+    if profile.profiling is not None and profile.profiling.latencies is not None:
+        _suggest(args.suggest_slos, profile, profile.profiling.latencies, points, out)
     out.print(
         f"wrote {profile_out}: {profile.kind} {_params(profile.params)}; {len(points)} points",
         markup=False,
@@ -250,6 +261,36 @@ def _report(
         plot = args.plot or profile_out.with_suffix(".png")
         write_plot(plot, points, profile, title=f"{profile.model.name} ({profile.backend.kind})")
         out.print(f"wrote {plot}", markup=False, soft_wrap=True)
+
+
+def _suggest(
+    path: Path | None, profile: Profile, table: LatencyTable, points: list[Point], out: Console
+) -> None:
+    """The latency table, the SLOs suggested from it (a table, then YAML), and ``path``."""
+    out.print(latency_view(table))
+    slos = suggest_slos(table)
+    row = basis(table)
+    if row is None:
+        out.print("no SLOs suggested: no request finished at 3/4 of capacity", markup=False)
+        return
+    levels = met_levels(table)
+    out.print(suggestions_view(slos, met_shares(points, slos, list(levels)), levels))
+    comments = [
+        f"SLOs suggested by saber-profile for {profile.model.name} on {profile.backend.kind}: "
+        f"each part {MARGIN:g} x its p90 at {share_text(SHARE)} of capacity (L={row.level}).",
+        "Put each task's parts in its entry under tasks: in configs/gateway.yaml, in place of",
+        "sla_s and sla_kind, and keep the parts its users feel: a chat panel ttft_s and tpot_s,",
+        "an editor's completion ttft_s, a batch job e2e_s (docs/gateway.md, Choosing SLOs).",
+    ]
+    text = slos_yaml(slos, comments)
+    out.print(text, markup=False, highlight=False, soft_wrap=True, end="")
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ProfileRunError(f"cannot write {path}: {exc}") from None
+        out.print(f"wrote {path}", markup=False, soft_wrap=True)
 
 
 def _tasks(path: Path) -> dict[str, TaskType]:

@@ -21,6 +21,7 @@ from saber.profile.fit import fit_speed, fit_ttft
 from saber.profile.points import PointsFile, Recorded, points_path
 from saber.profile.requests import Supply, WorkloadSupply, read_dataset
 from saber.profile.session import RunSettings, Session, SessionResult, run_session
+from saber.profile.slos import latency_table
 from saber.profile.stream import Endpoint
 from saber.speed import (
     FitError,
@@ -288,6 +289,7 @@ def fit_profile(
             )
             for r in fits.reports
         ],
+        latencies=latency_table(points),
     )
     if settings.level_s is None:
         partial = len(points) < settings.requests_per_level * len(settings.levels)

@@ -137,6 +137,41 @@ class FitScore(BaseModel):
     in_sample_r2: FiniteFloat | None = Field(default=None, le=1.0)
 
 
+class TaskLatency(BaseModel):
+    """One task type's latencies at one load level (seconds, p50 and p90 of its requests):
+    what saber-profile measured, for choosing SLOs. TPOT is vLLM's, (e2e - TTFT) /
+    (tokens - 1); TTFT and TPOT are None when the backend streamed no first token."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task: str | None = Field(
+        default=None, description="None: requests that named no task (a dataset's)"
+    )
+    share: FiniteFloat = Field(gt=0.0, le=1.0, description="of the capacity, as asked")
+    level: Annotated[int, Field(ge=1)]
+    points: Annotated[int, Field(ge=1)]
+    ttft_p50_s: NonNegative | None = None
+    ttft_p90_s: NonNegative | None = None
+    tpot_p50_s: NonNegative | None = None
+    tpot_p90_s: NonNegative | None = None
+    e2e_p50_s: NonNegative
+    e2e_p90_s: NonNegative
+
+
+class LatencyTable(BaseModel):
+    """The latencies each task type had at shares of the engine's capacity: the most output
+    tokens per second any level delivered. A share's level is the one on the rising part
+    of the throughput curve (up to the capacity's level) whose throughput is nearest it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    unit: Literal["output tokens/s"] = "output tokens/s"
+    capacity: Speed
+    capacity_level: Annotated[int, Field(ge=1)]
+    throughputs: dict[int, Speed] = Field(description="each level's, in unit")
+    rows: list[TaskLatency] = []
+
+
 class ProfilingInfo(BaseModel):
     """How saber-profile measured the points: provenance for whoever reads the file.
 
@@ -163,6 +198,8 @@ class ProfilingInfo(BaseModel):
     saturated_at: Annotated[int, Field(ge=1)] | None = None
     max_running: Count | None = None
     fits: list[FitScore] = []
+    latencies: LatencyTable | None = None
+    """TTFT, TPOT and e2e per task type at shares of the capacity (saber-profile's table)."""
 
 
 class Profile(BaseModel):
