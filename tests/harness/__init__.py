@@ -10,7 +10,8 @@ when it is there; ``start_vllm`` / ``start_llamacpp`` start an engine on a free
 ``PYTHONPATH=tests python -m harness prepare`` warms the cache; ``start_gateway`` puts
 a saber-gateway process in front of an engine; ``real_loop`` profiles an engine and
 replays a stream with and without a gateway; ``bench_script`` loads a script of
-``bench/`` as a module. See docs/real-backends.md.
+``bench/`` as a module. ``config_with_slos`` and its neighbours put the SLOs
+saber-profile suggests (``--suggest-slos``) to use in a gateway. See docs/real-backends.md.
 """
 
 from harness._bench import bench_script
@@ -29,6 +30,13 @@ from harness._loop import LoopReport, real_loop
 from harness._metrics import metric_value, scrape
 from harness._process import EngineProcess, EngineStartError, free_port
 from harness._serve import held_request, serve_app, wait_for, wait_until
+from harness._slos import (
+    config_with_slos,
+    counted_by_part,
+    read_suggestions,
+    serve_each_task,
+    two_task_dataset,
+)
 from harness._vllm import ensure_hf_model, ensure_vllm_env, start_vllm
 
 __all__ = [
@@ -40,6 +48,8 @@ __all__ = [
     "LoopReport",
     "bench_script",
     "cache_dir",
+    "config_with_slos",
+    "counted_by_part",
     "ensure_gguf_model",
     "ensure_hf_model",
     "ensure_llama_server",
@@ -48,12 +58,15 @@ __all__ = [
     "gateway_process",
     "held_request",
     "metric_value",
+    "read_suggestions",
     "real_loop",
     "scrape",
     "serve_app",
+    "serve_each_task",
     "start_gateway",
     "start_llamacpp",
     "start_vllm",
+    "two_task_dataset",
     "wait_for",
     "wait_until",
     "write_profile",
