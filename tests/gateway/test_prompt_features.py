@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import httpx
+import openai
+import pytest
+
 from saber.gateway.edge.payload import parse
 from saber.gateway.edge.prompt import read_prompt
 
@@ -42,3 +46,25 @@ def test_a_completion_prompt_of_token_ids_is_counted_exactly():
 def test_the_checked_payload_carries_its_prompt():
     payload = parse("chat", b'{"model": "m", "messages": [{"role": "user", "content": "abc"}]}')
     assert payload.prompt.nbytes == 3
+
+
+def test_the_gateway_learns_the_model_s_bytes_per_token_from_usage(gateway, sim):
+    """saber-sim counts a token per word and 4 per chat message: prompts of 300
+    six-byte words are 5.9 bytes a token, which the gateway learns from each answer's
+    usage.prompt_tokens, from a prior of 4."""
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="none", max_retries=0)
+    words = " ".join(f"w{i % 10}xyz" for i in range(300))  # 5 letters and a space each
+    sent = counted = 0
+    for _ in range(30):
+        answer = client.chat.completions.create(
+            model=sim.model, messages=[{"role": "user", "content": words}], max_tokens=2
+        )
+        sent += len(words.encode())
+        counted += answer.usage.prompt_tokens
+    truth = sent / counted
+    status = httpx.get(gateway.url + "/saber/status").json()["prompt_size"]
+    assert status["observed"] == 30 and not status["tokenize"]
+    assert status["bytes_per_token"] == pytest.approx(truth, rel=0.08)
+    assert gateway.gateway.scheduler.lengths.prompts.tokens(len(words.encode())) == pytest.approx(
+        300 + 4, rel=0.08
+    )

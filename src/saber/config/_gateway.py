@@ -46,6 +46,12 @@ class BackendSettings(BaseModel):
     model: str | None = Field(
         default=None, description="served model name for aliases; default: asked from /v1/models"
     )
+    tokenize: bool = Field(
+        default=False,
+        description="ask the backend's /tokenize for each prompt's exact token count "
+        "(vLLM; llama.cpp for completions), where a round trip is cheap; false: "
+        "estimated from its bytes, at a ratio learned from usage.prompt_tokens",
+    )
     connect_timeout_s: float = Field(default=2.0, gt=0)
     read_timeout_s: float = Field(default=600.0, gt=0, description="longest silence upstream")
     max_connections: int = Field(default=1024, ge=1)

@@ -31,6 +31,7 @@ from saber.gateway.observe.metrics import GatewayMetrics
 from saber.gateway.replicas import Replica, Replicas
 from saber.gateway.upstream.client import BackendFailure, Upstream
 from saber.gateway.upstream.dialect import Dialect
+from saber.gateway.upstream.tokenize import Tokenizer
 from saber.gateway.upstream.watch import BackendWatch
 from saber.scheduler import Decision, Outcome, Policy, Pool, Scheduler, TaskLengths
 
@@ -95,6 +96,7 @@ class Gateway:
             lambda: self.admission.now(),
             lambda: self.admission.poke(),
         )
+        self.tokenizer = Tokenizer(lambda: self.upstream)  # backend.tokenize: exact counts
         several = self.replicas.several
         for r, speed in zip(replicas, speeds, strict=True):
             r.learning = Learning(

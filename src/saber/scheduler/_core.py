@@ -287,6 +287,7 @@ class Scheduler(Placing):
                 for name in names
             },
             "lengths": self.lengths.summary(),
+            "prompt_size": self.lengths.prompts.summary(),
             "recent_decisions": [
                 {
                     "action": d.action.value,

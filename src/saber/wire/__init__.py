@@ -11,7 +11,7 @@ of saber.
 """
 
 from saber.wire._auth import auth_headers, bearer_token
-from saber.wire._chunks import carries_text, completion_tokens, text_choices
+from saber.wire._chunks import carries_text, completion_tokens, prompt_tokens, text_choices
 from saber.wire._errors import (
     error_body,
     error_message,
@@ -42,6 +42,7 @@ __all__ = [
     "json_event",
     "openai_error",
     "prompt_count",
+    "prompt_tokens",
     "sequences",
     "stream_error",
     "text_choices",

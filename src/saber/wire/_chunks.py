@@ -43,6 +43,16 @@ def text_choices(chunk: Any) -> int:
 
 def completion_tokens(obj: Any) -> int | None:
     """``usage.completion_tokens`` of a chunk or a whole completion, None without one."""
+    return _usage(obj, "completion_tokens")
+
+
+def prompt_tokens(obj: Any) -> int | None:
+    """``usage.prompt_tokens`` of a chunk or a whole completion, None without one: the
+    engine's count of the prompt, which the gateway learns a prompt's size from."""
+    return _usage(obj, "prompt_tokens")
+
+
+def _usage(obj: Any, name: str) -> int | None:
     usage = obj.get("usage") if isinstance(obj, dict) else None
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    tokens = usage.get(name) if isinstance(usage, dict) else None
     return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None

@@ -44,13 +44,15 @@ def scheduler_request(
     lengths: TaskLengths,
     affinity: str | None = None,
     slo: Slo | None = None,
+    prompt_tokens: int | None = None,
 ) -> SchedRequest:
     """The request as the scheduler sees it: its sequences, each bounded by the client's
     ``max_tokens`` (lowered to ``cap``, the task honesty cap) and raised to its
     ``min_tokens``; exactly its cap when its length is forced; its session's key
     (``affinity``), if any; its prompt's size and fingerprint (``edge.prompt``), which
-    its expected length and its prefill may follow; its own SLO (``edge.slo``), each part
-    replacing its task's. ValueError for a token count no engine serves."""
+    its expected length and its prefill may follow (``prompt_tokens``: the backend's
+    exact count, where it was asked); its own SLO (``edge.slo``), each part replacing
+    its task's. ValueError for a token count no engine serves."""
     max_tokens = payload.max_tokens
     if cap is not None:
         max_tokens = cap if max_tokens is None else min(cap, max_tokens)
@@ -67,7 +69,7 @@ def scheduler_request(
         seqs=payload.seqs.total,
         affinity=affinity,
         prompt_bytes=payload.prompt.nbytes or None,
-        prompt_tokens=payload.prompt.tokens,
+        prompt_tokens=prompt_tokens if prompt_tokens is not None else payload.prompt.tokens,
         fingerprint=payload.prompt.fingerprint,
         slo=slo,
     )

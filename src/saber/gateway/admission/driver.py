@@ -138,20 +138,26 @@ class Admission:
             self.pool.progress(req.id, per_seq, self.now())
 
     def leave(
-        self, req: SchedRequest, *, served: bool, tokens: int | None = None
+        self,
+        req: SchedRequest,
+        *,
+        served: bool,
+        tokens: int | None = None,
+        prompt: int | None = None,
     ) -> Outcome | None:
         """Take ``req`` out of the scheduler, wherever it is, then admit what that allows.
 
-        Running, it finishes if ``served`` (having generated ``tokens``), else it is
-        cancelled; queued, it is cancelled. Returns how the scheduler saw it leave, or
-        None if the scheduler no longer held it (a REJECT had let it go).
+        Running, it finishes if ``served`` (having generated ``tokens``, its prompt
+        counted as ``prompt`` tokens by the engine), else it is cancelled; queued, it is
+        cancelled. Returns how the scheduler saw it leave, or None if the scheduler no
+        longer held it (a REJECT had let it go).
         """
         self._forget(req.id)
         now = self.now()
         sched = self.pool
         running = sched.is_running(req.id)
         if served and running:
-            call, outcome = "finish", sched.finish(req.id, now, tokens)
+            call, outcome = "finish", sched.finish(req.id, now, tokens, prompt)
             if self.on_finish is not None:
                 self.on_finish()
         elif running or sched.is_queued(req.id):

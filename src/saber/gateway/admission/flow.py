@@ -61,6 +61,7 @@ class Flow:
         self.left_queue: float | None = None  # admitted, rejected, or cancelled while queued
         self.first_token: float | None = None
         self.tokens = 0  # generated so far, as the relay counted them
+        self.prompt_tokens: int | None = None  # the engine's count of its prompt (usage)
         self.ended: float | None = None
         self.outcome: Outcome | None = None  # set once, by finalize
 
@@ -143,7 +144,9 @@ class Flow:
         assert self.req is not None
         admission = self.admission
         try:
-            left = admission.leave(self.req, served=outcome.served, tokens=self.tokens)
+            left = admission.leave(
+                self.req, served=outcome.served, tokens=self.tokens, prompt=self.prompt_tokens
+            )
         except Exception:
             log.exception("the scheduler failed to let a request go", extra={"id": self.id})
             admission.drop(self.req)
@@ -239,6 +242,14 @@ def _fields(
         "ttft_ms": _ms(ttft),
         "latency_ms": _ms(latency),
         "tokens": flow.tokens,
+        # Its prompt: as the scheduler took it at arrival (from its bytes, or counted),
+        # and as the engine counted it (usage).
+        "prompt_tokens_at_arrival": (
+            None
+            if req is None or req.carried.prompt_tokens is None
+            else round(req.carried.prompt_tokens, 1)
+        ),
+        "prompt_tokens": flow.prompt_tokens,
         # Each sequence is expected to make req.tokens: the request, that many times.
         "expected_tokens": req.tokens * req.seqs if req is not None else None,
         "seqs": req.seqs if req is not None else None,

@@ -11,8 +11,9 @@ This module does the rest, which needs a clock, a thread or a file:
   offline fitter, off the event loop, and swaps the live curve in when it departs
   from the one in use by more than ``refit.margin``; every refit is counted and
   every swap logged;
-- ``state_file``: the learned lengths, the calibration and the live curve are read
-  at start and written at shutdown, so a restart does not forget them.
+- ``state_file``: the learned lengths (with their conditionings), the bytes per prompt
+  token, the calibration and the live curve are read at start and written at shutdown,
+  so a restart does not forget them.
 """
 
 from __future__ import annotations
@@ -219,6 +220,7 @@ class Learning:
             "version": STATE_VERSION,
             "profile": self._fingerprint(),
             "lengths": sched.lengths.state(),
+            "prompt_size": sched.lengths.prompts.state(),
             "calibration": sched.calibration,
             # The gateway only ever swaps in fitted SpeedModels.
             "live_model": model.to_dict()
@@ -244,6 +246,8 @@ class Learning:
             if state.get("version") != STATE_VERSION:
                 raise ValueError(f"version {state.get('version')!r}, expected {STATE_VERSION}")
             tasks = sched.lengths.restore(state.get("lengths") or {})
+            if state.get("prompt_size"):  # bytes per token: the model's, not the profile's
+                sched.lengths.prompts.restore(state["prompt_size"])
             same_profile = state.get("profile") == self._fingerprint()
             live = state.get("live_model")
             if same_profile and live:

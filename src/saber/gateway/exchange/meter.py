@@ -27,6 +27,7 @@ class StreamMeter:
         "done",
         "error",
         "keep_choice_usage",
+        "prompt_tokens",
         "usage_tokens",
         "want_usage",
     )
@@ -36,6 +37,7 @@ class StreamMeter:
         self.keep_choice_usage = keep_choice_usage
         self.chunks = 0  # choices that carried generated text
         self.usage_tokens: int | None = None
+        self.prompt_tokens: int | None = None  # the engine's count of the prompt
         self.done = False  # [DONE] has passed
         self.error: Any = None
 
@@ -72,6 +74,7 @@ class StreamMeter:
         completion = wire.completion_tokens(obj)
         if completion is not None:
             self.usage_tokens = completion
+        self.prompt_tokens = wire.prompt_tokens(obj) or self.prompt_tokens
         if self.want_usage:
             return event
         if not obj.get("choices"):

@@ -59,7 +59,9 @@ async def _whole(flow: Flow, resp: httpx.Response, label: str) -> Ending:
     except httpx.HTTPError as exc:
         return failed(flow, classify(exc, streaming=True))
     headers = downstream_headers(resp.headers) + saber_headers(flow, label)
-    tokens = wire.completion_tokens(_json(data)) or 0
+    body = _json(data)
+    flow.prompt_tokens = wire.prompt_tokens(body)
+    tokens = wire.completion_tokens(body) or 0
     return Ending(Outcome.SERVED, resp.status_code, data, headers, tokens=tokens)
 
 
@@ -85,6 +87,7 @@ async def _stream(flow: Flow, resp: httpx.Response, out: Downstream, label: str)
             await out.write(last)
     except httpx.HTTPError as exc:
         return failed(flow, classify(exc, streaming=True), tokens=meter.tokens)
+    flow.prompt_tokens = meter.prompt_tokens
     # [DONE] was held back: it goes last, after the flow is finalized. llama.cpp ends a
     # stream after an error event without one; vLLM sends it.
     tail = wire.DONE_EVENT if meter.done or meter.error is not None else b""

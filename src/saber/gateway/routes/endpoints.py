@@ -103,6 +103,9 @@ async def _accept(gw: Gateway, flow: Flow, request: Request) -> None:
     body = payload.upstream_body(model, cap)
     flow.call = Call(endpoint, payload, body, forwarding.headers(request.scope), dialect)
     flow.slo = requested_slo(request.headers, flow.task, flow.key)
+    counted = None
+    if cfg.backend.tokenize and payload.prompt.tokens is None:
+        counted = await gw.tokenizer.count(endpoint == "chat", payload.body, model, dialect)
     try:
         flow.req = scheduler_request(
             flow.task,
@@ -113,6 +116,7 @@ async def _accept(gw: Gateway, flow: Flow, request: Request) -> None:
             lengths=gw.scheduler.lengths,
             affinity=_session(gw, flow, request),
             slo=flow.slo,
+            prompt_tokens=counted,
         )
     except ValueError as exc:  # a token count no engine serves
         message = str(exc)

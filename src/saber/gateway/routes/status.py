@@ -58,8 +58,12 @@ def status(gw: Gateway) -> dict[str, Any]:
             # What tasks with a TTFT SLA are admitted against (null: one token at f(L)).
             "ttft_fit": None if p.ttft_fit is None else p.ttft_fit.model_dump(),
         },
+        # Prompts' sizes at arrival: bytes over this ratio, learned from usage.prompt_tokens
+        # (or the backend's own count, with backend.tokenize).
+        "prompt_size": {**snap["prompt_size"], "tokenize": gw.config.backend.tokenize},
         "tasks": {
             name: {
+                "slo": t.slo.model_dump(exclude_none=True),
                 "sla_s": t.sla_s,
                 "sla_kind": t.sla_kind,
                 "useful_s": t.useful_s,
