@@ -133,10 +133,10 @@ def test_the_tables_print_the_levels_and_the_figures() -> None:
     console.print(latency_view(table))
     console.print(suggestions_view(slos, met_shares(synthetic(), slos, list(levels)), levels))
     text = console.file.getvalue()  # type: ignore[attr-defined]
-    assert "400 output tokens/s, the most of any level, at L=8" in text
+    assert "Latency at shares of capacity (at most 400 output tokens/s, at L=8)" in text
     chat = "│ chat    │   3/4 │ 4 │ 250 (63%) │ 5 │         300 │ 460 │        13.0 │ 15.1 │"
     assert chat in text
-    assert "met at L=16 (highest)" in text
+    assert "met L=16 (highest)" in text
     assert "│ batch   │    0.4 │   0.03 │     4 │" in text
 
 

@@ -21,13 +21,14 @@ def latency_view(table: LatencyTable) -> Table:
     """Per task type and share of the capacity: the level used, its throughput and the
     task's TTFT, TPOT and e2e, p50 and p90."""
     view = Table(
-        title=f"Latency at shares of capacity ({table.capacity:,.0f} {table.unit}, "
-        f"the most of any level, at L={table.capacity_level}; "
-        "TPOT = (e2e - TTFT) / (tokens - 1))"
+        title=f"Latency at shares of capacity (at most {table.capacity:,.0f} {table.unit}, "
+        f"at L={table.capacity_level})",
+        caption="L: the level nearest each share, up to the capacity's; TPOT: (e2e - TTFT) / "
+        "(tokens - 1), vLLM's rule",
     )
     for column in ("task", "share", "L", "tok/s", "n", "TTFT p50 ms", "p90", "TPOT p50 ms",
                    "p90", "e2e p50 s", "p90"):  # fmt: skip
-        view.add_column(column, justify="left" if column == "task" else "right")
+        view.add_column(column, justify="left" if column == "task" else "right", no_wrap=True)
     for row in table.rows:
         throughput = table.throughputs[row.level]
         view.add_row(
@@ -68,12 +69,15 @@ def suggestions_view(
     each of ``levels`` (level: what it stands for)."""
     steps = ", ".join(f"{s:g}" for s in STEPS)
     view = Table(
-        title=f"Suggested SLOs: {MARGIN:g} x p90 at {share_text(SHARE)} of capacity, rounded "
-        f"up to {steps} x 10^k s; met: requests meeting every part"
+        title=f"Suggested SLOs: {MARGIN:g} x p90 at {share_text(SHARE)} of capacity, in s",
+        caption=f"rounded up to {steps} x 10^k; met: the task's requests at that level that "
+        "met every part",
     )
-    met_columns = [f"met at L={level} ({what})" for level, what in levels.items()]
+    met_columns = [f"met L={level} ({what})" for level, what in levels.items()]
     for column in ("task", "ttft_s", "tpot_s", "e2e_s", *met_columns):
-        view.add_column(column, justify="left" if column == "task" else "right")
+        view.add_column(
+            column, justify="left" if column == "task" else "right", no_wrap=column == "task"
+        )
     for task, slo in slos.items():
         limits = [f"{v:g}" if (v := slo.limit(p)) is not None else "-" for p in PARTS]
         shares = [("-" if (m := met[task].get(lv)) is None else f"{m:.0%}") for lv in levels]
