@@ -32,7 +32,12 @@ _OTHER_COLOURS = ("tab:purple", "tab:orange", "tab:brown", "tab:pink", "tab:oliv
 def goodput_vs_load(run: ReplayRun, loads: Sequence[LoadSummary], path: Path) -> Path:
     presets = run.replay.presets
     fig, axes = plt.subplots(
-        1, len(presets), figsize=(4.6 * len(presets), 3.9), squeeze=False, sharey=True
+        1,
+        len(presets),
+        figsize=(4.6 * len(presets) + 2.2, 3.9),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
     )
     others = [p for p in run.policies if p not in _STYLE]
     for ax, preset in zip(axes[0], presets, strict=True):
@@ -56,9 +61,8 @@ def goodput_vs_load(run: ReplayRun, loads: Sequence[LoadSummary], path: Path) ->
         ax.set_ylim(0, 102)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("requests within SLA (%)")
-    axes[0][-1].legend(fontsize=7, loc="center right")
+    fig.legend(*axes[0][0].get_legend_handles_labels(), fontsize=7, loc="outside right center")
     fig.suptitle(f"{run.trace.name}: {run.replay.windows} windows of {run.trace.size}", fontsize=11)
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
