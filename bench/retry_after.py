@@ -25,7 +25,8 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from saber.config import DEFAULT_PROFILE_DIR, load_gateway_config, load_workloads
+from saber.bench._grid import benchmark_tasks
+from saber.config import DEFAULT_PROFILE_DIR, load_workloads
 from saber.engine import Engine, get_preset
 from saber.gateway.admission.driver import RETRY_AFTER_QUANTILE, retry_after
 from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler, TaskLengths
@@ -134,7 +135,7 @@ def main() -> None:
         f"(default: the gateway's, {RETRY_AFTER_QUANTILE})",
     )
     args = parser.parse_args()
-    tasks = load_gateway_config(env={}).tasks
+    tasks = benchmark_tasks()
     workload = load_workloads()["W3"]
     speed = load_profile(DEFAULT_PROFILE_DIR / "saber-sim-paper.json").speed_model()
     probes: list[Probe] = []

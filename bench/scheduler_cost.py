@@ -27,7 +27,7 @@ import gc
 import statistics
 import time
 
-from saber.config import load_gateway_config
+from saber.bench._grid import benchmark_tasks
 from saber.scheduler import Policy, SchedRequest, Scheduler
 from saber.speed import MODELS
 
@@ -44,7 +44,7 @@ would have the default hold the last of them for the arrivals still to come)."""
 def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float]:
     """``running`` requests admitted one after the other, then ``waiting`` that can never
     be admitted; returns the scheduler and the time the last of them arrived."""
-    tasks = load_gateway_config(env={}).tasks
+    tasks = benchmark_tasks()
     sched = Scheduler(USL, policy, tasks=tasks, seed=0)
     names = sorted(t for t in tasks if t != "code_completion")  # useful for a minute or more
     for i in range(running):  # each needs 10 tokens in 10,000 s: admitted on arrival

@@ -14,8 +14,8 @@ import yaml
 
 from harness import metric_value, wait_for, write_profile
 from saber.bench import RealRunError, RunResult, rescale_tasks, run_real, short_sla_tasks
-from saber.bench._real import Served
 from saber.bench.cli import main
+from saber.bench.real._run import Served
 from saber.config import load_gateway_config, load_tasks, load_workloads
 from saber.gateway import RunningGateway, settings_from_config, start_in_thread
 from saber.sim.http import RunningSim, serve_in_thread
@@ -107,15 +107,16 @@ def test_real_replays_one_stream_both_ways(
 
 def test_run_real_is_the_library_call(sim: RunningSim, gateway: RunningGateway) -> None:
     lines: list[str] = []
+    shipped = load_gateway_config(env={}).tasks  # the gateway's own task types
     result = run_real(
-        sim.url, gateway.url, sim.model, load_tasks(), requests=8, rps=40, seed=1, say=lines.append
+        sim.url, gateway.url, sim.model, shipped, requests=8, rps=40, seed=1, say=lines.append
     )
     assert [run.name for run in result.runs] == ["direct", "gateway"]
     assert lines == [f"{run}: 8 requests at 40/s (sim engine)" for run in ("direct", "gateway")]
     assert result.summary("gateway")["requests"] == 8
     assert [len(run["served"]) for run in result.to_dict()["runs"]] == [8, 8]
     with pytest.raises(RealRunError, match="unknown workload 'W9'"):
-        run_real(sim.url, gateway.url, sim.model, load_tasks(), workload="W9")
+        run_real(sim.url, gateway.url, sim.model, shipped, workload="W9")
 
 
 def test_real_refuses_slas_the_gateway_does_not_have(

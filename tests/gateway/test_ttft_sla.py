@@ -74,5 +74,5 @@ def test_without_a_ttft_fit_the_gateway_warns(
     assert gw.gateway.scheduler._ttft_fn is None
     warned = [r for r in caplog.records if "no TTFT fit" in r.getMessage()]
     assert len(warned) == 1
-    assert warned[0].ttft_tasks == ["code_completion"]  # type: ignore[attr-defined]
+    assert warned[0].ttft_tasks == ["code_completion", "code_qna"]  # type: ignore[attr-defined]
     assert httpx.get(gw.url + "/saber/status").json()["profile"]["ttft_fit"] is None

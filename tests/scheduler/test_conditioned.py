@@ -10,7 +10,7 @@ import pytest
 
 from saber.config import TaskType
 from saber.scheduler import Policy, Scheduler, TaskLengths, request_for
-from saber.scheduler._prompt_size import PRIOR_BYTES_PER_TOKEN, PromptSize
+from saber.scheduler.lengths._prompt_size import PRIOR_BYTES_PER_TOKEN, PromptSize
 from saber.speed import MODELS
 
 TASK = TaskType(

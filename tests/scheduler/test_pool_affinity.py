@@ -11,7 +11,7 @@ from test_chance import task
 
 from saber.config import TaskType
 from saber.scheduler import Action, Placed, Policy, Pool, request_for
-from saber.scheduler._pool import rendezvous
+from saber.scheduler.pool._sharing import rendezvous
 
 PINNED = [0, 2, 0, 3, 3, 0, 0, 0]
 TASK = TaskType(name="t", mean_input_tokens=50, mean_output_tokens=100, sla_s=10.0, max_tokens=400)

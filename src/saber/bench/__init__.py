@@ -5,7 +5,11 @@ matrix (``run_matrix``: the shipped policy on every engine preset); and the real
 
 from saber.bench._grid import PAPER_BATCH_SIZES, PAPER_RPS, Cell, Sweep
 from saber.bench._offline import closed_loop_points, fit_variants, profile_engine, saturation_rate
-from saber.bench._real import (
+from saber.bench._runner import CellResult, RunStats, run_cell, run_sweep
+from saber.bench._summary import Row, WorkloadSummary, summarize_cells, summarize_workloads
+from saber.bench.matrix.run import Matrix, MatrixRun, run_matrix
+from saber.bench.matrix.summary import MatrixCell, summarize_matrix
+from saber.bench.real._run import (
     RealComparison,
     RealRunError,
     RunResult,
@@ -13,10 +17,6 @@ from saber.bench._real import (
     run_real,
     short_sla_tasks,
 )
-from saber.bench._runner import CellResult, RunStats, run_cell, run_sweep
-from saber.bench._summary import Row, WorkloadSummary, summarize_cells, summarize_workloads
-from saber.bench.matrix.run import Matrix, MatrixRun, run_matrix
-from saber.bench.matrix.summary import MatrixCell, summarize_matrix
 
 __all__ = [
     "PAPER_BATCH_SIZES",

@@ -91,6 +91,13 @@ def shipped_tasks() -> dict[str, TaskType]:
     }
 
 
+def benchmark_tasks() -> dict[str, TaskType]:
+    """Every task type configs/gateway.yaml ships, the paper's four as ``shipped_tasks``
+    (their whole-answer SLAs): what the long scenarios and the scripts under bench/
+    serve."""
+    return {**load_gateway_config(env={}).tasks, **shipped_tasks()}
+
+
 def variant_kind(variant: str) -> str:
     """The speed model a variant runs on: ``default``'s is USL (what saber-profile fits)."""
     return "usl" if variant == DEFAULT else parse_variant(variant)[0]

@@ -27,14 +27,13 @@ from saber.bench._grid import (
     PAPER_BATCH_SIZES,
     VARIANTS,
     Sweep,
+    benchmark_tasks,
     variant_kind,
     with_default,
 )
 from saber.bench._offline import DEFAULT_LEVELS, engine_profile, fit_variants, profile_engine
 from saber.bench._plots import write_all
 from saber.bench._progress import progress_bar
-from saber.bench._real_cmd import add_parser as add_real_parser
-from saber.bench._real_cmd import cmd_real
 from saber.bench._report import markdown, to_json
 from saber.bench._runner import run_sweep
 from saber.bench._scenarios import SCENARIOS, run_scenario, runs_per_scenario
@@ -45,9 +44,11 @@ from saber.bench.cluster.cmd import add_parser as add_cluster_parser
 from saber.bench.cluster.cmd import cmd_cluster
 from saber.bench.matrix.cmd import add_parser as add_matrix_parser
 from saber.bench.matrix.cmd import cmd_matrix
+from saber.bench.real.cmd import add_parser as add_real_parser
+from saber.bench.real.cmd import cmd_real
 from saber.bench.replay.cmd import add_parser as add_replay_parser
 from saber.bench.replay.cmd import cmd_replay
-from saber.config import load_gateway_config, load_tasks, load_workloads
+from saber.config import load_tasks, load_workloads
 from saber.engine import PRESETS, get_preset
 from saber.scheduler import TTFTFn
 from saber.speed import MODELS, SpeedModel, build_profile, save_profile, select_model
@@ -216,7 +217,7 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
         )
     batch_sizes = args.batch_sizes or PAPER_BATCH_SIZES
     # The task types the gateway ships, with their useful_s: what a deployment serves.
-    tasks = load_gateway_config(env={}).tasks
+    tasks = benchmark_tasks()
     workloads = load_workloads(tasks=tasks)
     fitted: dict[str, tuple[SpeedModel, TTFTFn | None]] = {}
 

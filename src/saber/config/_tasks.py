@@ -96,7 +96,7 @@ class TaskType(BaseModel):
     @classmethod
     def _primary(cls, data: Any) -> Any:
         """Derive ``sla_s`` / ``sla_kind`` from the parts, or the part they name from
-        them (a configuration of before), and refuse the two when they disagree."""
+        them (a configuration of before: they win over that part's own field)."""
         if not isinstance(data, dict):
             return data
         data = dict(data)
@@ -115,10 +115,11 @@ class TaskType(BaseModel):
                 raise ValueError(f"sla_kind {kind!r} names no part this task states")
             data["sla_s"], data["sla_kind"] = derived
             return data
+        # sla_s names a part: it is that part's limit (over the part's own field, where a
+        # configuration layered on another sets both: the file e2e_s, a flag sla_s).
         kind = kind or "e2e"
-        named = parts.get(kind) if kind in ("e2e", "ttft") else None
-        if named is not None and named != sla:
-            raise ValueError(f"sla_s ({sla}) and {kind}_s ({named}) disagree")
+        if kind in ("e2e", "ttft"):
+            data[f"{kind}_s"] = sla
         if kind == "ttft" and parts["e2e"] is not None:
             raise ValueError("a task that states e2e_s races its whole answer: sla_kind e2e")
         return data

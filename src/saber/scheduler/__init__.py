@@ -7,18 +7,8 @@ of a pool the same way, each decision naming its backend. ``Policy.from_config``
 settings become a policy; ``PRESETS`` names the paper's and the default.
 """
 
-from saber.scheduler._conditioned import Carried
 from saber.scheduler._core import Observation, Scheduler, SpeedFn, TTFTFn
-from saber.scheduler._lengths import LengthEstimate
 from saber.scheduler._policy import PRESETS, Policy
-from saber.scheduler._pool import (
-    PLACEMENTS,
-    Placed,
-    Placement,
-    Pool,
-    budget_of,
-    derived_headroom,
-)
 from saber.scheduler._request import (
     MAX_TOKENS,
     Action,
@@ -28,7 +18,11 @@ from saber.scheduler._request import (
     Tier,
     request_for,
 )
-from saber.scheduler._task_lengths import TaskLengths
+from saber.scheduler.lengths._conditioned import Carried
+from saber.scheduler.lengths._histogram import LengthEstimate
+from saber.scheduler.lengths._task_lengths import TaskLengths
+from saber.scheduler.pool._pool import PLACEMENTS, Placed, Placement, Pool
+from saber.scheduler.pool._sharing import budget_of, derived_headroom
 
 __all__ = [
     "MAX_TOKENS",

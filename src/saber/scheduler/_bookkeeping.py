@@ -19,7 +19,7 @@ from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import MAX_TOKENS, Action, Decision, Outcome, SchedRequest, Tier
 from saber.scheduler._running import RunningSet
 from saber.scheduler._speed_model import SpeedModel
-from saber.scheduler._task_lengths import Dist
+from saber.scheduler.lengths._task_lengths import Dist
 
 _FREE_GRID = np.concatenate(([0.0], np.geomspace(0.005, 3600.0, 160)))
 """The times (s) at which ``time_to_free`` weighs the chance that a slot has freed."""

@@ -24,7 +24,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from saber.scheduler._lengths import BUCKETS_PER_DOUBLING, LengthEstimate
+from saber.scheduler.lengths._histogram import BUCKETS_PER_DOUBLING, LengthEstimate
 
 _STEP = 0.5
 """Grid step of the effective-length distribution, in length buckets (about 4.4%)."""

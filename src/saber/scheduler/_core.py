@@ -30,7 +30,7 @@ from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import Action, Decision, Kind, Outcome, SchedRequest, Tier
 from saber.scheduler._running import RunningSet
 from saber.scheduler._speed_model import SpeedFn, TTFTFn
-from saber.scheduler._task_lengths import TaskLengths
+from saber.scheduler.lengths._task_lengths import TaskLengths
 
 __all__ = ["Observation", "Scheduler", "SpeedFn", "TTFTFn"]
 

@@ -19,8 +19,8 @@ from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._bookkeeping import Bookkeeping
 from saber.scheduler._calibration import SIGMA_PRIOR
 from saber.scheduler._chance import Needs, normal_cdf, normal_cdf_scalar
-from saber.scheduler._lengths import LengthEstimate
 from saber.scheduler._request import SchedRequest
+from saber.scheduler.lengths._histogram import LengthEstimate
 
 
 def overlap(age: float, runs: float, d: float, delay: float = 0.0) -> float:

@@ -1,4 +1,4 @@
-"""What a pool of backends asks each one's scheduler (``saber.scheduler._pool``).
+"""What a pool of backends asks each one's scheduler (``saber.scheduler.pool._pool``).
 
 Whether a request waiting elsewhere would be admitted here now (``pass_rule``,
 ``admissible``), what placing it here is worth (``placement_value``: its chance less

@@ -47,7 +47,7 @@ class Policy:
     configured mean. ``condition_lengths`` (with it): learn them also given what each
     request carries (its prompt's size, a fingerprint), used per task only where that
     predicts the answers that follow better than the task's own distribution
-    (``saber.scheduler._conditioned``). ``prefill`` (with ``decide="chance"``): count a
+    (``saber.scheduler.lengths._conditioned``). ``prefill`` (with ``decide="chance"``): count a
     request's prompt: its prefill beyond what f(L) counts for a request of its length
     comes before its decoding, and puts off every running request's decoding by as
     much (the profile's prefill per prompt token; without one, nothing).

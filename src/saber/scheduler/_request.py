@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from saber.config import Slo, TaskType
-from saber.scheduler._conditioned import NOTHING, Carried
-from saber.scheduler._task_lengths import Dist, TaskLengths
+from saber.scheduler.lengths._conditioned import NOTHING, Carried
+from saber.scheduler.lengths._task_lengths import Dist, TaskLengths
 
 
 class Outcome(StrEnum):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable
 import numpy as np
 
 from saber.scheduler._chance import QUADRATURE, normal_cdf
-from saber.scheduler._lengths import BUCKETS_PER_DOUBLING, LengthEstimate, n_buckets
+from saber.scheduler.lengths._histogram import BUCKETS_PER_DOUBLING, LengthEstimate, n_buckets
 
 _TOP = float(n_buckets())  # the last edge's position on the buckets' log scale
 

@@ -18,7 +18,7 @@ from saber.scheduler._calibration import Calibration, Observation
 from saber.scheduler._chance import rounded_sigma
 from saber.scheduler._policy import Policy
 from saber.scheduler._request import SchedRequest
-from saber.scheduler._task_lengths import TaskLengths
+from saber.scheduler.lengths._task_lengths import TaskLengths
 
 SpeedFn = Callable[[float], float]
 TTFTFn = Callable[[float, float], float]

@@ -5,7 +5,7 @@ Read once at the edge, from the checked body, without a tokenizer: the prompt's 
 in bytes (the scheduler turns bytes into tokens with a ratio it learns per model from
 ``usage.prompt_tokens``), or its exact token count where the client sent token ids;
 and a fingerprint of its system prompt, the part a template shares across requests
-(``saber.scheduler._conditioned``). The scheduler never sees the text: a fingerprint
+(``saber.scheduler.lengths._conditioned``). The scheduler never sees the text: a fingerprint
 is a digest.
 """
 

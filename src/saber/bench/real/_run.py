@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,7 +36,9 @@ from saber.workload import TraceRequest, generate_trace, make_prompt
 
 @dataclass(frozen=True, slots=True)
 class Served:
-    """One request's fate; ``latency_s`` runs from its scheduled arrival to its last byte."""
+    """One request's fate; ``latency_s`` runs from its scheduled arrival to its last byte,
+    ``ttft_s`` to its first generated text. It meets its SLA when it meets every part of
+    its task's SLO (``met``; by default the whole answer within ``sla_s``)."""
 
     id: str
     task: str
@@ -45,9 +46,13 @@ class Served:
     latency_s: float | None
     completion_tokens: int
     error: str | None = None
+    ttft_s: float | None = None
+    slo_met: bool | None = None  # every part of its task's SLO; None: judged by sla_s
 
     @property
     def met(self) -> bool:
+        if self.slo_met is not None:
+            return self.slo_met
         return self.latency_s is not None and self.latency_s <= self.sla_s
 
 
@@ -194,7 +199,12 @@ async def replay(
                 out = await asyncio.wait_for(send(client, target, spec), request_timeout_s)
             except (RequestFailed, httpx.HTTPError, TimeoutError) as exc:
                 return Served(req.id, req.task, task.sla_s, None, 0, f"{type(exc).__name__}: {exc}")
-            return Served(req.id, req.task, task.sla_s, out.end - due, out.completion_tokens)
+            latency = out.end - due
+            ttft = None if out.first is None else out.first - due
+            met = task.slo.meets(ttft=ttft, e2e=latency, output_tokens=out.completion_tokens)
+            return Served(
+                req.id, req.task, task.sla_s, latency, out.completion_tokens, None, ttft, met
+            )
 
         served = await asyncio.gather(*(one(i, r) for i, r in enumerate(trace)))
         duration = time.perf_counter() - start
@@ -323,9 +333,9 @@ async def _run_real(
         raise RealRunError(f"cannot reach the engine or the gateway: {exc}") from None
     trace = generate_trace(workloads[workload], tasks, rps=rps, n=requests, seed=seed)
     differ = {
-        t: (tasks[t].sla_s, slas.get(t))
+        t: (tasks[t].slo.model_dump(exclude_none=True), slas.get(t))
         for t in workloads[workload].mix
-        if slas.get(t) is None or not math.isclose(tasks[t].sla_s, slas[t], rel_tol=1e-6)
+        if slas.get(t) != tasks[t].slo.model_dump(exclude_none=True)
     }
     if differ:
         raise RealRunError(
@@ -356,8 +366,9 @@ async def _run_real(
     return RealComparison(runs, short_sla_tasks(trace, tasks))
 
 
-async def _gateway_slas(url: str, api_key: str | None) -> dict[str, float]:
+async def _gateway_slas(url: str, api_key: str | None) -> dict[str, dict[str, float]]:
+    """Each task type's SLO as the gateway states it (its parts, in seconds)."""
     async with httpx.AsyncClient(timeout=10.0, headers=wire.auth_headers(api_key)) as client:
         resp = await client.get(url.rstrip("/") + "/saber/status")
     resp.raise_for_status()
-    return {name: t["sla_s"] for name, t in resp.json()["tasks"].items()}
+    return {name: t["slo"] for name, t in resp.json()["tasks"].items()}

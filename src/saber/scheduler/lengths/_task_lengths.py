@@ -1,7 +1,7 @@
 """What the scheduler expects each request's answer to be: per task type, learned from
 every finished answer, and conditioned on what the request carries where that predicts
-better (``saber.scheduler._conditioned``); and each prompt's size in tokens from its
-bytes (``saber.scheduler._prompt_size``).
+better (``saber.scheduler.lengths._conditioned``); and each prompt's size in tokens from its
+bytes (``saber.scheduler.lengths._prompt_size``).
 
 A request's distribution is named by ``Dist``: None for its task's own, else the
 conditioning in use and the request's key under it. Requests of one task and one
@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from saber.config import TaskType
-from saber.scheduler._conditioned import NOTHING, Carried, Conditioned, Key
-from saber.scheduler._lengths import LengthEstimate
-from saber.scheduler._prompt_size import PromptSize
+from saber.scheduler.lengths._conditioned import NOTHING, Carried, Conditioned, Key
+from saber.scheduler.lengths._histogram import LengthEstimate
+from saber.scheduler.lengths._prompt_size import PromptSize
 
 Dist = tuple[int, Key] | None
 """Which distribution a request's length follows: None, its task's; else (the index of

@@ -9,8 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from saber.bench._real import RealRunError, run_real
-from saber.config import ConfigError, TaskType, add_config_file, parse_tasks, read_yaml
+from saber.bench.real._run import RealRunError, run_real
+from saber.config import DEFAULT_GATEWAY_CONFIG, ConfigError, TaskType, parse_tasks, read_yaml
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,10 +24,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     real.add_argument("--engine", required=True, metavar="URL", help="the engine, without /v1")
     real.add_argument("--gateway", required=True, metavar="URL", help="the gateway, without /v1")
     real.add_argument("--model", required=True, help="the engine's model name")
-    add_config_file(
-        real,
-        "tasks",
-        "YAML with a tasks: section (a gateway config will do); its SLAs must be the gateway's",
+    real.add_argument(
+        "--tasks",
+        type=Path,
+        default=DEFAULT_GATEWAY_CONFIG,
+        metavar="FILE",
+        help="YAML with a tasks: section, whose SLOs must be the gateway's (default: the "
+        "shipped configs/gateway.yaml, what a gateway serves by default)",
     )
     real.add_argument("--workload", default="W3", help="task mix (default W3)")
     real.add_argument("--rps", type=float, default=8.0, help="Poisson arrival rate (default 8)")

@@ -2,7 +2,7 @@
 they predict better than the task's own distribution.
 
 A request carries, at arrival, its prompt's size (tokens, or bytes turned into tokens:
-``saber.scheduler._prompt_size``) and, where requests repeat, a fingerprint (its
+``saber.scheduler.lengths._prompt_size``) and, where requests repeat, a fingerprint (its
 system prompt, or the template it shares with others). Per task, each way of reading
 them (a *conditioning*) predicts the answer's length as a distribution:
 
@@ -34,7 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from saber.scheduler._lengths import BUCKETS_PER_DOUBLING, LengthEstimate, bucket, n_buckets
+from saber.scheduler.lengths._histogram import (
+    BUCKETS_PER_DOUBLING,
+    LengthEstimate,
+    bucket,
+    n_buckets,
+)
 
 SHRINK = 4.0
 """A conditioned distribution holds this many answers' worth of the task's own: one
@@ -51,7 +56,7 @@ own (about 18% either way): what decisions tell apart, not a bucket's luck."""
 SCORE_HALF_LIFE = 200.0
 """Answers after which a score's term counts half: a signal that fades is dropped."""
 HALF_LIFE = 500.0
-"""As the task's own lengths (``saber.scheduler._lengths.HALF_LIFE``)."""
+"""As the task's own lengths (``saber.scheduler.lengths._histogram.HALF_LIFE``)."""
 SLOPES = (0.5, 1.0)
 SHIFT_STEP = 2
 """Shifts of ``slope`` are rounded to this many length buckets (about 18%): requests

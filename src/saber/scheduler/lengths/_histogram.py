@@ -71,7 +71,7 @@ class LengthEstimate:
     @classmethod
     def of(cls, weights: np.ndarray) -> LengthEstimate:
         """A fixed distribution over the buckets (``weights``, any scale): what a
-        conditioning predicts for one kind of request (``saber.scheduler._conditioned``)."""
+        conditioning predicts for one kind of request (``saber.scheduler.lengths._conditioned``)."""
         est = cls.__new__(cls)
         est.weights = np.asarray(weights, dtype=float)
         est._decay = 1.0
