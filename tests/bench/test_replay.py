@@ -11,10 +11,9 @@ from saber.bench._grid import shipped_tasks
 from saber.bench.cli import main
 from saber.bench.replay import run as replay_run
 from saber.bench.replay.run import Replay, Shared, Unit, prepare, serve_policy
-from saber.bench.replay.tasks import Slo, cap_of, slos, trace_tasks, with_caps
+from saber.bench.replay.tasks import cap_of, trace_tasks, with_caps
 from saber.bench.replay.windows import mean_rate, scaled, window_starts
 from saber.engine import PRESETS
-from saber.sim import SimRecord
 from saber.workload import NO_CAP, UNNAMED_TASK, TraceRequest
 
 
@@ -72,20 +71,6 @@ def test_requests_without_a_task_get_one_built_from_the_trace():
         cap_of(trace, 512)
     with pytest.raises(ValueError, match=r"names task type\(s\) chat"):
         trace_tasks([req(0, 0.0, task="chat")], shipped_tasks(), None)
-
-
-def test_a_request_meets_its_own_e2e_slo_else_its_tasks():
-    tasks = shipped_tasks()
-    trace = [req(0, 0.0, task="code_qna"), req(1, 0.0, task="code_qna", e2e_s=0.2)]
-    slo = slos(trace, tasks)
-    assert slo == {"r0": Slo(tasks["code_qna"].sla_s), "r1": Slo(0.2)}
-
-    def done_after(seconds: float) -> SimRecord:
-        return SimRecord("r", "code_qna", 5.0, 1.0, 5.0, 5.0, 5.1, 5.0 + seconds, 10, 0, False,
-                         False)  # fmt: skip
-
-    assert slo["r0"].met(done_after(0.5)) and not slo["r1"].met(done_after(0.5))
-    assert not slo["r0"].met(dataclasses.replace(done_after(0.5), finished_at=None))
 
 
 # -- serving ------------------------------------------------------------------------
@@ -177,31 +162,53 @@ def test_a_bad_trace_line_exits_2_with_its_file_and_number(tmp_path, capsys):
     assert "unknown variant(s) default+nope:" in capsys.readouterr().err
 
 
-def test_a_jsonl_trace_mixes_named_and_unnamed_tasks_and_keeps_each_requests_slo(tmp_path, capsys):
-    lines = [
-        {"arrival": 0.0, "prompt_tokens": 100, "output_tokens": 20, "task": "code_qna"},
-        {"arrival": 0.5, "prompt_tokens": 900, "output_tokens": 40},
-        {"arrival": 2.0, "prompt_tokens": 100, "output_tokens": 30, "task": "code_qna"},
-        {"arrival": 9.0, "prompt_tokens": 80, "output_tokens": 20, "task": "code_qna",
-         "e2e_s": 0.001},  # no engine answers in a millisecond
-        {"arrival": 9.5, "prompt_tokens": 60, "output_tokens": 25, "task": "code_qna",
-         "e2e_s": 0.001},
-        {"arrival": 12.0, "prompt_tokens": 700, "output_tokens": 50, "prompt": "x" * 2000},
-    ]  # fmt: skip
+MIXED = [
+    {"arrival": 0.0, "prompt_tokens": 100, "output_tokens": 20, "task": "code_qna"},
+    {"arrival": 0.5, "prompt_tokens": 900, "output_tokens": 40},
+    {"arrival": 2.0, "prompt_tokens": 100, "output_tokens": 30, "task": "code_qna"},
+    {"arrival": 9.0, "prompt_tokens": 80, "output_tokens": 20, "task": "code_qna",
+     "e2e_s": 0.001},  # no engine answers in a millisecond
+    {"arrival": 9.5, "prompt_tokens": 60, "output_tokens": 25, "task": "code_qna",
+     "e2e_s": 0.001},
+    {"arrival": 12.0, "prompt_tokens": 700, "output_tokens": 50, "prompt": "x" * 2000},
+]  # fmt: skip
+
+
+def replay_mixed(tmp_path, capsys, *extra: str) -> tuple[dict, dict]:
     path = tmp_path / "trace.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    path.write_text("".join(json.dumps(x) + "\n" for x in MIXED))
     args = ["replay", str(path), "--presets", "paper", "--windows", "1", "--window-size", "3"]
     args += ["--rate-of", "trace", "--rates", "1", "--batch-sizes", "10", "--variants", ""]
-    assert main([*args, "--jobs", "1", "--no-progress", "--format", "json"]) == 0
+    assert main([*args, *extra, "--jobs", "1", "--no-progress", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["policies"] == ["default", "told", "told:code_qna", f"told:{UNNAMED_TASK}"]
-    assert data["trace"]["tasks"][UNNAMED_TASK]["max_tokens"] == 64
     ((key, runs),) = rows_by_window(data["rows"]).items()
     assert key[2:] == (1, 3) and runs["vllm"]["rps"] == pytest.approx(5 / 12.0)
+    return data, runs
+
+
+def test_a_jsonl_trace_mixes_named_and_unnamed_tasks_and_keeps_each_requests_slo(tmp_path, capsys):
+    data, runs = replay_mixed(tmp_path, capsys)
+    assert data["policies"] == ["default", "told", "told:code_qna", f"told:{UNNAMED_TASK}"]
+    assert data["trace"]["tasks"][UNNAMED_TASK]["max_tokens"] == 64
     # The two requests with their own 1 ms SLO are missed even alone; the third, the
     # unnamed task's at 1.5 x its own time alone, is met.
     assert runs["ceiling"]["goodput"] == pytest.approx(1 / 3)
     assert max(r["goodput"] for r in runs.values()) == pytest.approx(1 / 3)
+
+
+def test_goodput_replaces_every_tasks_slo_and_keeps_each_requests_own(tmp_path, capsys):
+    # 10 microseconds to the first token: nothing meets it, not even alone.
+    data, runs = replay_mixed(tmp_path, capsys, "--goodput", "ttft:0.01")
+    assert data["goodput"] == "ttft:0.01"
+    slos = data["engines"]["paper"]["slos"]
+    assert slos == {t: {"ttft_s": pytest.approx(1e-5)} for t in ("code_qna", UNNAMED_TASK)}
+    assert max(r["goodput"] for r in runs.values()) == 0.0
+    # Five times each part's own 90th percentile alone: every request met alone but the
+    # two that state their own 1 ms end to end.
+    data, runs = replay_mixed(tmp_path, capsys, "--goodput", "ttft:5x tpot:5x")
+    for slo in data["engines"]["paper"]["slos"].values():
+        assert set(slo) == {"ttft_s", "tpot_s"} and slo["tpot_s"] > 0
+    assert runs["ceiling"]["goodput"] == pytest.approx(1 / 3)
 
 
 def test_a_window_whose_requests_arrive_at_once_has_no_rate(tmp_path, capsys):

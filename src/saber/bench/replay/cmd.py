@@ -13,6 +13,7 @@ from rich.console import Console
 
 from saber.bench._args import csv
 from saber.bench._engines_file import load_engines
+from saber.bench._goodput import goodput_argument
 from saber.bench._grid import OPTIONS
 from saber.bench.replay.cases import CASES
 from saber.bench.replay.plots import goodput_vs_load
@@ -104,6 +105,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the cap clients send for a trace without task types (default: the smallest "
         "power of two at least the trace's longest answer)",
     )
+    r.add_argument(
+        "--goodput",
+        type=goodput_argument,
+        metavar='"ttft:MS tpot:MS e2el:MS"',
+        help="SLOs as vLLM's benchmark takes them, for every task in place of its own "
+        "(milliseconds, or NAME:Nx: N times the 90th percentile of that part over the "
+        "measured requests each alone on the engine)",
+    )
     r.add_argument("--jobs", type=int, help="worker processes (default: CPU count)")
     r.add_argument(
         "--format",
@@ -131,6 +140,7 @@ def _replay_from(args: argparse.Namespace, extra: dict) -> Replay:
         "variants": args.variants,
         "sla_scale": args.sla_scale,
         "max_tokens": args.max_tokens,
+        "goodput": args.goodput,
     }
     replay = dataclasses.replace(replay, **{k: v for k, v in overrides.items() if v is not None})
     problems = []

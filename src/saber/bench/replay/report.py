@@ -116,12 +116,14 @@ def to_json(run: ReplayRun, loads: Sequence[LoadSummary]) -> str:
                 "windows_first": list(trace.starts[1:]),
                 "tasks": {n: t.model_dump() for n, t in trace.tasks.items()},
             },
+            "goodput": None if run.replay.goodput is None else run.replay.goodput.describe(),
             "policies": list(run.policies),
             "engines": {
                 name: {
                     "capacity_rps": s.capacity,
                     "alone_p90_s": s.alone_p90_s,
                     "sla_s": s.sla_s,
+                    "slos": {n: t.slo.model_dump(exclude_none=True) for n, t in s.tasks.items()},
                     "speed_models": {k: dict(m.params) for k, m in s.models.items()},
                     "ttft": None if s.ttft is None else s.ttft.model_dump(),
                 }
@@ -141,6 +143,10 @@ def _row(run: ReplayRun, w: WindowRun) -> dict[str, Any]:
 def _engine_line(run: ReplayRun, preset: str) -> str:
     s = run.setups[preset]
     line = f"vLLM alone saturates at {s.capacity:.3g} requests/s on this trace"
+    goodput = run.replay.goodput
+    if goodput is not None:
+        slos = "; ".join(f"`{n}` {t.slo.describe()}" for n, t in s.tasks.items())
+        return line + f"; SLOs `--goodput {goodput.describe()}`: {slos}"
     if s.alone_p90_s is not None and s.sla_s is not None:
         line += (
             f"; SLA of `{UNNAMED_TASK}` {s.sla_s:.3g} s ({run.replay.sla_scale:g} x the 90th "

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from saber.bench._goodput import Goodput, own_times, with_goodput
 from saber.bench._grid import (
     DEFAULT,
     PAPER_BATCH_SIZES,
@@ -40,15 +41,7 @@ from saber.bench._pool import parallel_map
 from saber.bench._runner import refused_share, serve_alone, serve_static
 from saber.bench.matrix.run import CEILING, PROFILE_WORKLOAD
 from saber.bench.replay.cases import load_case
-from saber.bench.replay.tasks import (
-    Slo,
-    alone_p90,
-    goodput,
-    on_engine,
-    slos,
-    trace_tasks,
-    with_caps,
-)
+from saber.bench.replay.tasks import alone_p90, on_engine, trace_tasks, with_caps
 from saber.bench.replay.warmup import Learned, learned, restore
 from saber.bench.replay.windows import mean_rate, scaled, window_starts
 from saber.config import TaskType, load_workloads
@@ -89,6 +82,7 @@ class Replay:
     variants: tuple[str, ...] = VARIANTS
     sla_scale: float = 1.5
     max_tokens: int | None = None
+    goodput: Goodput | None = None  # SLOs in vLLM's form, for every task in place of its own
 
     @classmethod
     def quick(cls, trace: str) -> Replay:
@@ -287,33 +281,35 @@ class Shared:
         unnamed = [r for k in trace.measured for r in trace.window(k) if r.task == UNNAMED_TASK]
         p90 = alone_p90(unnamed, preset, trace.tasks) if unnamed else None
         sla = None if p90 is None else self.replay.sla_scale * p90
-        return EngineSetup(preset.name, models, ttft, capacity, on_engine(trace.tasks, sla), p90)
+        served = on_engine(trace.tasks, sla)
+        if self.replay.goodput is not None:
+            measured = [r for k in trace.measured for r in trace.window(k)]
+            served = with_goodput(served, self.replay.goodput, own_times(preset, measured))
+        return EngineSetup(preset.name, models, ttft, capacity, served, p90)
 
     def serve(self, unit: Unit) -> list[WindowRun]:
         preset, setup = self.presets[unit.preset], self.setups[unit.preset]
         trace, out = self.trace, []
 
-        def run(k: int, policy: str, result: SimResult, slo: Mapping[str, Slo]) -> None:
+        def run(k: int, policy: str, result: SimResult) -> None:
             if k > 0:  # window 0 only warms up
                 out.append(
                     WindowRun(unit.preset, unit.multiple, unit.rps, k, trace.starts[k], policy,
-                              goodput(result.records, slo), refused_share(result),
-                              len(result.swaps))
+                              result.goodput(), refused_share(result), len(result.swaps))
                 )  # fmt: skip
 
         state: Learned | None = None
         ks = trace.measured if unit.serves == STATIC else range(len(trace.starts))
         for k in ks:
             window = scaled(trace.window(k), unit.rps)
-            slo = slos(window, setup.tasks)
             if unit.serves == STATIC:
                 for b in (*self.replay.batch_sizes, VLLM_DEFAULT_MAX_NUM_SEQS):
                     name = VLLM if b == VLLM_DEFAULT_MAX_NUM_SEQS else f"static:{b}"
-                    run(k, name, serve_static(window, preset, b, setup.tasks), slo)
-                run(k, CEILING, serve_alone(window, preset, setup.tasks), slo)
+                    run(k, name, serve_static(window, preset, b, setup.tasks))
+                run(k, CEILING, serve_alone(window, preset, setup.tasks))
                 continue
             result, sched = serve_policy(window, preset, setup, unit.serves, seed=k, state=state)
-            run(k, unit.serves, result, slo)
+            run(k, unit.serves, result)
             state = learned(sched, setup.models[kind_of(unit.serves)])
         return out
 

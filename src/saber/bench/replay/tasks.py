@@ -7,10 +7,9 @@ trace as an operator would configure it: its mean prompt and answer are the trac
 smallest power of two at least the longest answer), and its end-to-end SLA is set on
 each engine: a multiple of the 90th percentile of each request's time alone there.
 
-A request is good when it meets every part of its SLO that is stated. Only the
-end-to-end part exists yet: the request's own ``e2e_s`` where the trace gives one,
-else its task's SLA. The record keeps its TTFT, end-to-end time and answer length,
-so that TTFT and TPOT parts can join it.
+A request is good when it meets every part of its SLO that is stated (vLLM's rule,
+``SimRecord.met_sla``): its task's, each part the trace states for the request itself
+replacing the task's; ``--goodput`` replaces every task's SLO (``bench/_goodput.py``).
 """
 
 from __future__ import annotations
@@ -19,30 +18,18 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from saber.bench._runner import serve_alone
 from saber.config import TaskType
 from saber.engine import EnginePreset
-from saber.sim import SimRecord
 from saber.workload import NO_CAP, UNNAMED_TASK, TraceRequest
 
 USEFUL_OVER_SLA = 20.0
 """The unnamed task's ``useful_s`` over its SLA (how long a late answer is still
 wanted): the shipped task types' ratio is 15 to 60."""
 _PLACEHOLDER_SLA_S = 1.0  # before the engine's SLA is known; scores nothing
-
-
-@dataclass(frozen=True)
-class Slo:
-    """What one request must meet to count as served in time."""
-
-    e2e_s: float
-
-    def met(self, record: SimRecord) -> bool:
-        return record.e2e is not None and record.e2e <= self.e2e_s
 
 
 def cap_of(requests: Sequence[TraceRequest], max_tokens: int | None = None) -> int:
@@ -116,19 +103,3 @@ def on_engine(tasks: Mapping[str, TaskType], sla_s: float | None) -> dict[str, T
             update={"sla_s": sla_s, "useful_s": USEFUL_OVER_SLA * sla_s}
         )
     return out
-
-
-def slos(requests: Sequence[TraceRequest], tasks: Mapping[str, TaskType]) -> dict[str, Slo]:
-    """Each request's SLO, by id: its own ``e2e_s``, else its task's SLA."""
-    out = {}
-    for r in requests:
-        task = tasks[r.task]
-        if task.sla_kind != "e2e":
-            raise ValueError(f"task {task.name}: only end-to-end SLAs are scored in a replay")
-        out[r.id] = Slo(task.sla_s if r.e2e_s is None else r.e2e_s)
-    return out
-
-
-def goodput(records: Sequence[SimRecord], slo: Mapping[str, Slo]) -> float:
-    """The share of ``records`` whose request met its SLO (0..1)."""
-    return sum(slo[r.id].met(r) for r in records) / len(records) if records else 0.0
