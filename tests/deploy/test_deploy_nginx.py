@@ -185,6 +185,7 @@ def busiest(sims: list[EngineProcess]) -> EngineProcess | None:
     return sims[i] if most >= 1 else None
 
 
+@pytest.mark.slow
 def test_a_replica_killed_mid_run_loses_no_request(layout: Layout) -> None:
     answered: list[Answer] = []
     lock = threading.Lock()

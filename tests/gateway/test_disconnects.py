@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 
 import httpx
+import pytest
 from gateway_support import LONG_TOKENS, UNCAPPED, GatewayFactory, held, idle, sim_running
 
 from harness import held_request, metric_value, wait_for
@@ -97,6 +98,7 @@ minute; with both cores busy, clients that give up within 0.12 s mostly do so be
 their request reaches the gateway, and it took 63 s to cut 328 of the 334 needed."""
 
 
+@pytest.mark.slow
 def test_no_slot_leaks_across_1000_random_disconnects(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:

@@ -93,6 +93,7 @@ class Stream(threading.Thread):
         return None
 
 
+@pytest.mark.slow
 def test_sigterm_with_40_streams_in_flight(
     real_time_sim: RunningSim, profile_path: Path, tmp_path: Path
 ) -> None:

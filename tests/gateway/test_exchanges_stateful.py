@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 from gateway_support import GatewayFactory, call_in_loop, held, idle
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -209,6 +210,7 @@ class Exchanges(RuleBasedStateMachine):
         self.loop.submit(self.sdk.close()).result(timeout=5)
 
 
+@pytest.mark.slow
 def test_exchanges_leak_nothing_and_finish_once(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:

@@ -23,6 +23,7 @@ import string
 from typing import Any
 
 import httpx
+import pytest
 from fake_vllm import MODEL, FakeVllm
 from gateway_support import GatewayFactory, requests_total, start_fake
 from hypothesis import HealthCheck, given, settings
@@ -190,6 +191,7 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow
 def test_fuzz_the_edge(gateway_factory: GatewayFactory, capsys: Any) -> None:
     fake = FakeVllm()
     gw = start_fake(

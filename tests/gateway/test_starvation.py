@@ -75,6 +75,7 @@ def ended_normally(lines: list[str]) -> bool:
     return bool(data) and data[-1] == "[DONE]" and finished and not errors
 
 
+@pytest.mark.slow
 def test_a_burst_under_a_low_calibration_serves_every_demoted_request(
     gateway_factory: GatewayFactory, sim: RunningSim
 ) -> None:

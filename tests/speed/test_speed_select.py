@@ -96,6 +96,7 @@ def test_select_keeps_a_lone_request_that_runs_twice_as_fast(
     assert fits.best.model.predict(1.0) == pytest.approx(400.0, rel=0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["usl", "usl-solo"])
 def test_selection_does_not_flip_with_the_noise(
     truths: dict[str, SpeedModel], make_points: Callable[..., Points], kind: str
