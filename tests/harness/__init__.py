@@ -31,6 +31,7 @@ from harness._metrics import metric_value, scrape
 from harness._process import EngineProcess, EngineStartError, free_port
 from harness._serve import held_request, serve_app, wait_for, wait_until
 from harness._slos import (
+    assert_counted_by_part,
     config_with_slos,
     counted_by_part,
     read_suggestions,
@@ -46,6 +47,7 @@ __all__ = [
     "EngineProcess",
     "EngineStartError",
     "LoopReport",
+    "assert_counted_by_part",
     "bench_script",
     "cache_dir",
     "config_with_slos",

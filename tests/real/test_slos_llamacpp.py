@@ -17,6 +17,7 @@ import pytest
 
 from harness import (
     EngineProcess,
+    assert_counted_by_part,
     config_with_slos,
     counted_by_part,
     read_suggestions,
@@ -70,8 +71,4 @@ def test_suggested_slos_on_llamacpp(
         gw.stop()
     with capsys.disabled():
         print(f"saber_slo_requests_total by task and part (met, missed): {counts}")
-    for task, parts in counts.items():
-        assert {part: sum(c.values()) for part, c in parts.items()} == {
-            "ttft": REQUESTS, "tpot": REQUESTS, "e2e": REQUESTS
-        }, task  # fmt: skip
-        assert all(c["true"] >= REQUESTS - 1 for c in parts.values()), (task, parts)
+    assert_counted_by_part(counts, REQUESTS)
