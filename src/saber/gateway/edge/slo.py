@@ -26,6 +26,11 @@ HEADERS: dict[str, Part] = {
 def requested_slo(headers: Headers, task: TaskType, key: Key | None) -> Slo | None:
     """The limits the request states for itself (None: none), checked."""
     values: dict[str, float] = {}
+    bounds = key.slo_bounds if key is not None else None  # the key's, else the task's
+    if key is not None and bounds is not None:
+        whose = f"API key {key.name}"
+    else:
+        whose = f"task type {task.name}"
     for name, part in HEADERS.items():
         raw = headers.get(name)
         if raw is None:
@@ -40,13 +45,7 @@ def requested_slo(headers: Headers, task: TaskType, key: Key | None) -> Slo | No
                 param=name,
                 code="invalid_slo",
             )
-        bounds = key.slo_bounds if key is not None and key.slo_bounds is not None else None
         allowed = (bounds or task.bounds).get(part)
-        whose = (
-            f"API key {key.name}"
-            if bounds is not None and key is not None
-            else f"task type {task.name}"
-        )
         if allowed is None:
             raise invalid(
                 f"{name}: {whose} takes no {part} limit of a request's own (slo_bounds)",
