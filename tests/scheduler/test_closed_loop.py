@@ -112,6 +112,22 @@ def test_calibration_follows_an_engine_slower_than_its_profile():
     assert any(d.action is Action.DEMOTE and d.request.id == "big" for d in decisions)
 
 
+def test_answers_of_a_few_tokens_teach_the_speed_model_nothing():
+    """A one-token answer's time is its prompt's prefill: forty of them (a client that
+    only counts a prompt's tokens) must not make the engine look slow, nor feed the refit."""
+    s = Scheduler(usl(sigma=0.0), Policy(calibrate=True))
+    t = 0.0
+    for i in range(40):  # 1 token in 0.2 s: 5 tok/s where f(1) is 100
+        s.offer(req(f"r{i}", 1, 10.0, arrival=t), t)
+        t += 0.2
+        s.finish(f"r{i}", t, 1)
+    assert s.calibration == 1.0 and s.max_speed == 100
+    assert not s.observations
+    s.offer(req("long", 100, 10.0, arrival=t), t)
+    s.finish("long", t + 2.0, 100)  # an answer of 100 tokens at 50 tok/s does teach it
+    assert s.calibration < 1.0 and len(s.observations) == 1
+
+
 def test_without_calibration_the_profile_is_trusted():
     s = Scheduler(usl(sigma=0.0), Policy())
     for i in range(10):
