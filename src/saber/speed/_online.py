@@ -81,12 +81,16 @@ class LiveFit:
     def __len__(self) -> int:
         return len(self._points)
 
+    def levels(self) -> dict[int, int]:
+        """Points in the window at each load, rounded to a whole one."""
+        loads, counts = np.unique(np.rint([p[0] for p in self._points]), return_counts=True)
+        return dict(zip(loads.astype(int).tolist(), counts.tolist(), strict=True))
+
     def due(self) -> bool:
         """Enough new points since the last refit, on enough distinct loads."""
         if self._new < self.every or len(self._points) < self.min_points:
             return False
-        _, counts = np.unique(np.rint([p[0] for p in self._points]), return_counts=True)
-        return int((counts >= LEVEL_POINTS).sum()) >= MIN_LEVELS
+        return sum(n >= LEVEL_POINTS for n in self.levels().values()) >= MIN_LEVELS
 
     def snapshot(self) -> tuple[np.ndarray, np.ndarray]:
         """The window's loads and speeds (copies: safe to fit on another thread)."""
