@@ -112,7 +112,7 @@ def test_calibration_follows_an_engine_slower_than_its_profile():
     assert any(d.action is Action.DEMOTE and d.request.id == "big" for d in decisions)
 
 
-def test_answers_of_a_few_tokens_teach_the_speed_model_nothing():
+def test_answers_of_one_token_teach_the_speed_model_nothing():
     """A one-token answer's time is its prompt's prefill: forty of them (a client that
     only counts a prompt's tokens) must not make the engine look slow, nor feed the refit."""
     s = Scheduler(usl(sigma=0.0), Policy(calibrate=True))

@@ -28,12 +28,15 @@ SIGMA_PRIOR = 0.15
 of its own: the relative error of the shipped profiles' fits is 5-15%."""
 FASTEST_WINDOW = 64
 """Finished requests whose speed bounds f(1) from below."""
-MIN_TOKENS = 8
-"""Only answers this long teach the speed model: a shorter one's time is mostly its
-prompt's prefill, and a few tokens timed over a tick of the clock say nothing of the
-speed. In front of genuine vLLM, 40 one-token answers to 600-token prompts (a client
-counting its prompts' tokens) took the scale from 1 to 0.19, and two long answers sent
-together then ran one after the other."""
+FASTEST_MIN_TOKENS = 8
+"""Only answers this long bound it: a shorter one's time is mostly its first token,
+and a few tokens timed over a tick of the clock say nothing of the speed."""
+MIN_TOKENS = 2
+"""An answer of one token teaches the speed model nothing: it is its first token, so its
+time is its prompt's prefill, with nothing decoded. In front of genuine vLLM, 40 of them
+to 600-token prompts (a client counting its prompts' tokens) took the scale from 1 to
+0.19, and two long answers sent together then ran one after the other. Longer answers
+all count: their prefill is in f(L), which is a speed over whole requests."""
 OBSERVATIONS = 4096
 
 
@@ -91,7 +94,8 @@ class Calibration:
         if tokens < MIN_TOKENS or not (0.0 < speed < math.inf and 0.0 < expected < math.inf):
             return
         self.observations.append(Observation(at, load, speed, expected, self.value * expected))
-        self._fastest.append(speed)
+        if tokens >= FASTEST_MIN_TOKENS:
+            self._fastest.append(speed)
         sample = _clamp(speed / expected, LIMITS)
         miss = math.log(sample / self.value) if self.enabled else math.log(sample)
         self._var += ALPHA * (miss * miss - self._var)
