@@ -207,18 +207,11 @@ class SpeedModel:
         if took <= 0 or raw <= 0:
             return
         load = max((self._area - area) / took, 1.0)
-        # A request of several sequences made its tokens in parallel; the prefill priced
-        # apart (``price_prefill``) is not what f(L) is scaled for.
+        # A request of several sequences made its tokens in parallel.
         per_seq = tokens / req.seqs
-        decoding = took - req.prefill_s
-        if decoding > 0:
-            self._cal.learn(
-                at=now,
-                load=load,
-                speed=per_seq / decoding,
-                expected=raw / took,
-                tokens=int(per_seq),
-            )
+        self._cal.learn(
+            at=now, load=load, speed=per_seq / took, expected=raw / took, tokens=int(per_seq)
+        )
         self._sigma = rounded_sigma(self._cal.sigma)
         if self.max_speed < (1.0 - REBUILD_AT) * self._times_f1 or self._needs_grew(req.task):
             self._rebuild_times()
