@@ -36,10 +36,11 @@ SIZES = (10, 1_000, 10_000)
 USL = MODELS["usl"].from_params(lam=130.0, sigma=0.0477, kappa=0.000154)
 
 
-SPACING_S = 1.0
-"""The running requests arrived this far apart, one after the other. Closer, the default
-holds the last of them for the arrivals still to come: a burst all at once, or 20 a
-second past 2,481 running (where this curve gives each 0.12 tokens/s)."""
+SPACING_S = 0.05
+"""The running requests arrived this far apart, one after the other (a burst all at once
+would have the default hold the last of them for the arrivals still to come). Past 2,481
+running, where this curve gives each 0.12 tokens/s, it holds some even so: each is then
+admitted when the scheduler next wakes (``build``)."""
 
 
 def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float]:
@@ -48,11 +49,17 @@ def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float]
     tasks = benchmark_tasks()
     sched = Scheduler(USL, policy, tasks=tasks, seed=0)
     names = sorted(t for t in tasks if t != "code_completion")  # useful for a minute or more
+    at = 0.0
     for i in range(running):  # each needs 10 tokens in 10,000 s: admitted on arrival
-        at = i * SPACING_S
         sched.offer(SchedRequest(f"run{i}", names[i % len(names)], at, at + 1e4, 10, cap=1000), at)
+        while sched.load <= i:  # held for the arrivals to come: admitted at a wake-up
+            wake = sched.next_wakeup()
+            assert wake is not None and wake < 1e4, f"run{i} would never be admitted"
+            at = max(at, wake)
+            sched.poll(at)
+        at += SPACING_S
     assert sched.load == running
-    start = running * SPACING_S
+    start = at
     f_next = sched.predicted_speed(running + 1)
     # Each waiting request needs more than f(L + 1) (twice it, or nearly f(1) where that
     # is less, so that none is demoted in the run): it stays in the HPQ, never admitted.
