@@ -43,13 +43,15 @@ running, where this curve gives each 0.12 tokens/s, it holds some even so: each 
 admitted when the scheduler next wakes (``build``)."""
 
 
-def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float]:
+def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float, dict[str, float]]:
     """``running`` requests admitted one after the other, then ``waiting`` that can never
-    be admitted; returns the scheduler and the time the last of them arrived."""
+    be admitted; returns the scheduler, the time the last of them arrived, and when each
+    running request was admitted."""
     tasks = benchmark_tasks()
     sched = Scheduler(USL, policy, tasks=tasks, seed=0)
     names = sorted(t for t in tasks if t != "code_completion")  # useful for a minute or more
     at = 0.0
+    admitted: dict[str, float] = {}
     for i in range(running):  # each needs 10 tokens in 10,000 s: admitted on arrival
         sched.offer(SchedRequest(f"run{i}", names[i % len(names)], at, at + 1e4, 10, cap=1000), at)
         while sched.load <= i:  # held for the arrivals to come: admitted at a wake-up
@@ -57,6 +59,7 @@ def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float]
             assert wake is not None and wake < 1e4, f"run{i} would never be admitted"
             at = max(at, wake)
             sched.poll(at)
+        admitted[f"run{i}"] = at
         at += SPACING_S
     assert sched.load == running
     start = at
@@ -76,19 +79,18 @@ def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float]
         )  # fmt: skip
         sched.offer(req, start)
     assert sched.queued() == waiting and sched.load == running
-    return sched, start
+    return sched, start, admitted
 
 
 def measure(
     policy: Policy, running_count: int, waiting: int, rounds: int
 ) -> tuple[list[float], list[float]]:
     """Microseconds per ``poll``, and per finish-and-arrival."""
-    sched, now = build(policy, running_count, waiting)
+    sched, now, started = build(policy, running_count, waiting)
     times: list[float] = []
     events: list[float] = []
     tick = 0.01
     running = [f"run{i}" for i in range(running_count)]
-    started = {rid: i * SPACING_S for i, rid in enumerate(running)}
     speed = USL(running_count)  # each running request makes tokens as fast as f(L) predicts
     arrivals = waiting
     gc.collect()
