@@ -26,11 +26,10 @@ HEADERS: dict[str, Part] = {
 def requested_slo(headers: Headers, task: TaskType, key: Key | None) -> Slo | None:
     """The limits the request states for itself (None: none), checked."""
     values: dict[str, float] = {}
-    bounds = key.slo_bounds if key is not None else None  # the key's, else the task's
-    if key is not None and bounds is not None:
-        whose = f"API key {key.name}"
+    if key is not None and key.slo_bounds is not None:  # the key's bounds, else the task's
+        bounds, whose = key.slo_bounds, f"API key {key.name}"
     else:
-        whose = f"task type {task.name}"
+        bounds, whose = None, f"task type {task.name}"
     for name, part in HEADERS.items():
         raw = headers.get(name)
         if raw is None:
