@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from real_support import served_profile
+from scipy.stats import chi2
 
 from harness import EngineProcess
 from saber.profile import Point, points_path, read_points
 from saber.profile.cli import main
-from saber.speed import load_profile
+from saber.speed import Profile, load_profile
 
 pytestmark = pytest.mark.llamacpp
 
@@ -76,6 +77,35 @@ def spell_spread(points: list[Point]) -> float:
     return float(np.sqrt(deviations / dof)) if dof else 0.0
 
 
+def diagnosis(
+    profile: Profile,
+    points: list[Point],
+    means: dict[int, float],
+    errors: dict[int, float],
+    spread: float,
+) -> str:
+    """What a failure needs to name its cause: each level's rounds against the kept curve,
+    and how every model scored."""
+    model = profile.speed_model()
+    lines = [f"kept {profile.kind} {profile.params}; in-sample R^2={profile.r2:.4f}"]
+    lines.append(f"level: mean ± standard error (rounds stray {spread:.1%}) | curve | rounds")
+    for level, mean in means.items():
+        curve = model.predict(float(level))
+        rounds = ", ".join(f"{m:.1f}" for m in round_means(points, level))
+        lines.append(
+            f"  L={level}: {mean:.1f} ± {errors[level] * mean:.1f} | {curve:.1f} "
+            f"({curve / mean - 1.0:+.1%}) | {rounds}"
+        )
+    assert profile.profiling is not None
+    lines.append(f"scored {profile.profiling.scoring}:")
+    for fit in profile.profiling.fits:
+        lines.append(
+            f"  {fit.kind:9s} level error={fit.level_error:.2%} held-out R^2={fit.r2:.4f} "
+            f"MAPE={100 * fit.mape:.2f}% in-sample R^2={fit.in_sample_r2:.4f}"
+        )
+    return "\n".join(lines)
+
+
 def test_profile_llamacpp(
     llamacpp_engine: EngineProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -107,39 +137,15 @@ def test_profile_llamacpp(
     spread = spell_spread(fit_points)
     # A level's mean is known to within spread / sqrt(its rounds), relative.
     errors = {level: spread / np.sqrt(len(round_means(fit_points, level))) for level in LEVELS}
-    with capsys.disabled():
-        print(f"points per level: {per_level}")
-        print(
-            f"mean speed per level (± standard error; rounds stray {spread:.1%}): "
-            + ", ".join(f"L={k}: {v:.1f} ± {errors[k] * v:.1f}" for k, v in means.items())
-        )
-        print(f"kept {profile.kind} {profile.params}; in-sample R^2={profile.r2:.4f}")
-        print(f"scored {profile.profiling.scoring}:")
-        for fit in profile.profiling.fits:
-            print(
-                f"  {fit.kind:9s} level error={fit.level_error:.2%} held-out R^2={fit.r2:.4f} "
-                f"MAPE={100 * fit.mape:.2f}% in-sample R^2={fit.in_sample_r2:.4f}"
-            )
-    # A level whose rounds disagreed was visited again: more points, never fewer.
-    assert all(n >= PER_LEVEL for n in per_level.values()), per_level
-    assert best.kind == profile.kind
-    assert best.in_sample_r2 == pytest.approx(profile.r2)
     busy = f"load average {os.getloadavg()} on {os.cpu_count()} CPUs"
     model = profile.speed_model()
-    # The kept curve explains the batched levels' means (a lone request's is checked
-    # below). Not the per-request R^2 (printed), which also counts how much one request
-    # strays from its level on a shared 2-core machine (0.972 in one run, 0.927 in the
-    # next), nor the selection's held-out level R^2 (printed), which leaves level 2 out
-    # and extrapolates to it from the others: one spell of the machine at one level then
-    # moves it, as in the CI run of c45c30d, where level 4 measured 64.3 tokens/s against
-    # the curve's 68.6 (rounds strayed 6.2%) and the held-out score fell to 0.964 while
-    # the kept curve explained the same means at 0.995.
-    batched = [level for level in LEVELS if level > 1]
-    centre = np.mean([means[level] for level in batched])
-    residual = sum((model.predict(float(level)) - means[level]) ** 2 for level in batched)
-    spread_ss = sum((means[level] - centre) ** 2 for level in batched)
-    explained = 1.0 - residual / spread_ss
-    assert explained >= 0.98, (f"level means R^2 {explained:.4f}", busy)
+    found = diagnosis(profile, fit_points, means, errors, spread) + "\n" + busy
+    with capsys.disabled():
+        print(f"points per level: {per_level}\n{found}")
+    # A level whose rounds disagreed was visited again: more points, never fewer.
+    assert all(n >= PER_LEVEL for n in per_level.values()), (per_level, found)
+    assert best.kind == profile.kind
+    assert best.in_sample_r2 == pytest.approx(profile.r2)
     # The curve the engine really has, a lone request included (docs/profile.md): within
     # 10% of each level's mean, or within three standard errors of that mean, as the
     # profiler judges two rounds the same speed (``agree``). Each round is one spell of
@@ -148,11 +154,18 @@ def test_profile_llamacpp(
     # 45.6 (10.3%); rounds strayed from their level's mean by 7.1% (pooled) in a quiet run.
     for level, mean in means.items():
         tolerance = max(0.10, 3.0 * errors[level]) * mean
-        assert model.predict(float(level)) == pytest.approx(mean, abs=tolerance), (
-            level,
-            f"rounds stray {spread:.1%}",
-            busy,
-        )
+        assert model.predict(float(level)) == pytest.approx(mean, abs=tolerance), (level, found)
+    # Together, the levels miss the curve by no more than their noise says: the curve's
+    # misses in standard errors, squared and summed, within chi-square's 99.9% point for
+    # the levels less the curve's parameters. The bound widens with the rounds' spread,
+    # as the check above does, where a fixed R^2 of the means did not: the CI run of
+    # 915f239 scored 0.960 against 0.98, on a machine whose spells that run never printed.
+    misses = sum(
+        ((model.predict(float(level)) / mean - 1.0) / errors[level]) ** 2
+        for level, mean in means.items()
+    )
+    dof = len(means) - len(profile.params)
+    assert misses <= chi2.ppf(0.999, dof), (f"chi-square {misses:.1f} on {dof} dof", found)
     assert out.with_suffix(".png").exists()
 
     # The gateway serves with it: /saber/status names the profile and its curve.
