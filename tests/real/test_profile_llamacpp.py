@@ -1,12 +1,14 @@
 """saber-profile against genuine llama.cpp (llama-server, a tiny random GGUF model, on CPU).
 
 Run with ``.venv/bin/pytest -q -m llamacpp tests/real/test_profile_llamacpp.py -s``.
-llama-server gives a clean load-vs-speed curve (docs/real-backends.md), so the profile
-must explain its points well, with the same model kept run after run (usl-solo: a lone
-request runs faster than the batched curve). The engine runs one thread ranked above
-the rest of the machine (``harness.start_llamacpp``), and each level is measured in two
-rounds (up, down, up), a level whose rounds disagree being measured again: other work
-on the machine slows a part of some rounds, not the curve.
+llama-server gives a clean load-vs-speed curve (docs/real-backends.md), so the kept curve
+must explain every level's mean speed within the noise its rounds show, whichever model
+is kept (usl-solo, for a lone request that runs faster than the batched curve, or USL,
+which the selection keeps when the two are within its tie: docs/profile.md). The engine
+runs one thread ranked above the rest of the machine (``harness.start_llamacpp``), and
+each level is measured in three rounds (up, down, up), a level whose rounds disagree
+being measured again: other work on the machine slows a part of some rounds, not the
+curve.
 On a machine too busy for that the test says so in its failure message.
 """
 
