@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -165,12 +165,6 @@ class Bookkeeping(SpeedModel):
     def _leave_queued(self, req: SchedRequest, now: float, outcome: Outcome) -> Decision:
         req.outcome = outcome
         return Decision(Action.REJECT, req, now, req.tier, outcome)
-
-    @staticmethod
-    def _peek(heap: list[tuple[float, str]], member: Callable[[str], bool]) -> float | None:
-        while heap and not member(heap[0][1]):
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
 
     def _protected_speed(self) -> float:
         """The highest required speed among running requests admitted from the HPQ."""

@@ -14,7 +14,6 @@ parts.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import random
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -24,6 +23,7 @@ from saber.config import TaskType
 from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._calibration import Calibration, Observation
 from saber.scheduler._chance import Needs, rounded_sigma
+from saber.scheduler._due import DueTimes
 from saber.scheduler._placing import Placing
 from saber.scheduler._policy import Policy
 from saber.scheduler._queues import TaskQueues
@@ -107,9 +107,8 @@ class Scheduler(Placing):
         self._budget: tuple[int, float] | None = None  # set_budget: several gateways
         self._spent: deque[tuple[float, int]] = deque()
         self._high_running = 0
-        # Lazy min-heaps: stale entries are skipped when they surface.
-        self._demote_at: list[tuple[float, str]] = []
-        self._expire_at: list[tuple[float, str]] = []
+        self._demote_at = DueTimes()  # of the HPQ
+        self._expire_at = DueTimes()  # of both queues
         self._protect: list[tuple[float, str]] = []  # (-required speed, id) of running HPQ requests
         # The token clock (tokens one request makes at the raw f(L)) and the load
         # clock (the integral of L), both since the start.
@@ -147,7 +146,7 @@ class Scheduler(Placing):
             self.policy, max_concurrency=max_concurrency, queue_cap=queue_cap
         )
         self.needs.forget()
-        self._rebuild_times()
+        self._rebuild_times(requeue=True)
 
     # -- events ----------------------------------------------------------
 
@@ -172,9 +171,8 @@ class Scheduler(Placing):
         self._kinds[req.task] = req.sla_kind
         self._arrivals.observe(req, now)
         self._hpq.push(req)
-        heapq.heappush(self._demote_at, (demote_at, req.id))
-        if expire_at is not None:
-            heapq.heappush(self._expire_at, (expire_at, req.id))
+        self._demote_at.push(req, demote_at)
+        self._expire_at.push(req, expire_at)
         return self.poll(now)
 
     def poll(self, now: float) -> list[Decision]:
@@ -250,8 +248,8 @@ class Scheduler(Placing):
         times = [
             t
             for t in (
-                self._peek(self._demote_at, self._hpq.__contains__),
-                self._peek(self._expire_at, self.is_queued),
+                self._demote_at.peek(self._hpq.__contains__),
+                self._expire_at.peek(self.is_queued),
                 quiet,
                 budget,
             )

@@ -206,51 +206,94 @@ class Costs(Bookkeeping):
         gateways, each of these also stands for the requests the others run here
         (``set_elsewhere``), whose deadlines this one does not know. With the prefill
         counted, also each deadline's loss per second its decoding is put off (at
-        f(L + extra), over a quarter of its time left)."""
-        v0 = self.predicted_speed(self._load)
-        v1 = self.predicted_speed(self._load + extra)
-        prefill = self._prefill is not None
+        f(L + extra), over a quarter of its time left).
+
+        One more sequence (``extra`` 1, every round that may admit) is priced from what
+        each running request was last priced at, at most ``PRICED_PER_ROUND`` of them
+        priced afresh (``RunningSet.to_price``): a round costs about the same at 64 and
+        at 1,024 running."""
         run = self._live
         if not self._load or not len(run):
             return None
-        made_all = run.made
-        guess = np.isnan(made_all) & run.live  # no progress reported: the token clock
-        if guess.any():
-            clock = self._clock_now(now)
-            made_all = np.where(guess, self.calibration * (clock - run.clock), made_all)
-        made_all = np.maximum(np.nan_to_num(made_all), 0.0)
-        others = (self._load + self._seen_elsewhere) / self._load
-        losts: list[np.ndarray] = []
-        lefts: list[np.ndarray] = []
-        slopes: list[np.ndarray] = []
+        v0 = self.predicted_speed(self._load)
+        v1 = self.predicted_speed(self._load + extra)
+        prefill = self._prefill is not None
         left_all = run.due - now  # before its first token its prefill is still to come
         live = run.live & run.e2e & (left_all > 0.0)
-        if live.any() and (v1 < v0 or prefill):
-            left = left_all[live]
-            run.refresh(live, self._estimate_of)
+        paced = run.live & (run.pace > 0.0)
+        deadlines = live.any() and (v1 < v0 or prefill)
+        paces = paced.any() and v1 < v0
+        if not (deadlines or paces):
+            return None
+        slots = np.flatnonzero(live | paced)
+        if extra == 1:
+            slots = run.to_price(slots, self._load)
+        lost, slope, pace_lost, pace_left = self._price(now, slots, v0, v1)
+        if extra != 1:  # every one priced now
+            sub_live, sub_paced = live[slots], paced[slots]
+            parts = (lost[sub_live], slope[sub_live], left_all[slots][sub_live])
+            pace = (pace_lost[sub_paced], pace_left[sub_paced])
+        else:  # kept, and read back for every one
+            run.lost[slots], run.slope[slots] = lost, slope
+            run.pace_lost[slots], run.pace_left[slots] = pace_lost, pace_left
+            run.priced_at[slots], run.priced_load[slots] = now, self._load
+            parts = (run.lost[live], run.slope[live], left_all[live])
+            since = now - run.priced_at[paced]
+            pace = (run.pace_lost[paced], np.maximum(run.pace_left[paced] - since, 1e-3))
+        losts, lefts, slopes = [], [], []
+        if deadlines:
+            losts.append(parts[0])
+            lefts.append(parts[2])
+            slopes.append(parts[1])
+        n_deadlines = parts[0].size if deadlines else 0
+        if paces:
+            losts.append(pace[0])
+            lefts.append(pace[1])
+            slopes.append(np.zeros_like(pace[0]))  # a prefill's pause barely moves a mean pace
+        others = (self._load + self._seen_elsewhere) / self._load
+        lost_all, left = np.concatenate(losts) * others, np.concatenate(lefts)
+        slope_all = np.concatenate(slopes) * others if prefill else None
+        mask = None
+        if lost_all.size > n_deadlines:
+            mask = np.arange(lost_all.size) >= n_deadlines
+        return Exposure(lost_all, left, slope_all, mask)
+
+    def _price(
+        self, now: float, slots: np.ndarray, v0: float, v1: float
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """For each of ``slots``: its deadline's chance lost to the load f(``v1``) over
+        f(``v0``) and that loss per second put off (0 where it races no deadline), its
+        pace's chance lost and the seconds it has left to run (0 where it has no pace)."""
+        run = self._live
+        made = run.made[slots]
+        guess = np.isnan(made) & run.live[slots]  # no progress reported: the token clock
+        if guess.any():
+            clock = self._clock_now(now)
+            made = np.where(guess, self.calibration * (clock - run.clock[slots]), made)
+        made = np.maximum(np.nan_to_num(made), 0.0)
+        zeros = np.zeros(slots.size)
+        lost, slope, pace_lost, pace_left = zeros, zeros, zeros, zeros
+        left = run.due[slots] - now
+        racing = run.e2e[slots] & (left > 0.0)
+        if racing.any():
+            idx, left = slots[racing], left[racing]
+            run.refresh(idx, self._estimate_of)
             budgets = [v0 * left, v1 * left]
+            prefill = self._prefill is not None
             if prefill:
                 budgets.append(v1 * left * 0.75)
-            chances = run.chances(live, made_all[live], np.stack(budgets), self._cal.sigma)
-            losts.append(np.maximum(chances[0] - chances[1], 0.0))
-            lefts.append(left)
+            chances = run.chances(idx, made[racing], np.stack(budgets), self._cal.sigma)
+            lost = zeros.copy()
+            lost[racing] = np.maximum(chances[0] - chances[1], 0.0)
             if prefill:
-                slopes.append((chances[1] - chances[2]) / (0.25 * left))
-        deadlines = sum(x.size for x in losts)
-        paced = run.live & (run.pace > 0.0)
-        if paced.any() and v1 < v0:
-            lost, left = self._pace_exposure(now, paced, made_all[paced], v0, v1)
-            losts.append(lost)
-            lefts.append(left)
-            slopes.append(np.zeros_like(lost))  # a prefill's pause barely moves a mean pace
-        if not losts:
-            return None
-        lost, left = np.concatenate(losts) * others, np.concatenate(lefts)
-        slope = np.concatenate(slopes) * others if prefill else None
-        mask = None
-        if lost.size > deadlines:
-            mask = np.arange(lost.size) >= deadlines
-        return Exposure(lost, left, slope, mask)
+                slope = zeros.copy()
+                slope[racing] = (chances[1] - chances[2]) / (0.25 * left)
+        has_pace = run.pace[slots] > 0.0
+        if has_pace.any():
+            p_lost, p_left = self._pace_exposure(now, slots[has_pace], made[has_pace], v0, v1)
+            pace_lost, pace_left = zeros.copy(), zeros.copy()
+            pace_lost[has_pace], pace_left[has_pace] = p_lost, p_left
+        return lost, slope, pace_lost, pace_left
 
     def _pace_exposure(
         self, now: float, paced: np.ndarray, made: np.ndarray, v0: float, v1: float

@@ -9,12 +9,12 @@ when the speed or the needs move.
 
 from __future__ import annotations
 
-import heapq
 import math
 import random
 from collections.abc import Callable
 
 from saber.scheduler._costs import NO_FUTURE, Costs, Future, Running
+from saber.scheduler._due import DueTimes
 from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import Action, Decision, Kind, Outcome, SchedRequest, Tier
 from saber.scheduler._speed_model import REBUILD_AT
@@ -41,9 +41,8 @@ class Decide(Costs):
     _kinds: dict[str, str]  # task -> the SLA kind its requests carry
     _rng: random.Random
     _built_needs: dict[Kind, float]  # kind -> need when timed
-    # Lazy min-heaps: stale entries are skipped when they surface.
-    _demote_at: list[tuple[float, str]]
-    _expire_at: list[tuple[float, str]]
+    _demote_at: DueTimes  # when each waiting request of the HPQ is to be demoted
+    _expire_at: DueTimes  # when each waiting request is to expire
     _last_protected: float
     # What the cheapest check read when it last found nothing (``_next_passing``).
     _none_cheap: tuple[tuple[object, ...], float] | None
@@ -111,20 +110,28 @@ class Decide(Costs):
             need = req.tokens
         return req.arrival + task.useful_s - req.prefill_s - need / self.max_speed
 
-    def _rebuild_times(self) -> None:
+    def _rebuild_times(self, requeue: bool = False) -> None:
+        """The demotion and expiry times afresh, one offset per group (``DueTimes``);
+        ``requeue``: the tasks changed (a reload), so every waiting request anew."""
         self._none_cheap = None  # the speed model, the tasks or the needs changed
         self._times_f1 = self.max_speed
         self._built_needs = {}
         if self.policy.decide == "chance":
+            for queue in (self._hpq, self._lpq):
+                for r in queue.latest_of_each_kind():
+                    if r.kind not in self._built_needs:
+                        self._built_needs[r.kind] = self._need(r, self.policy.demote_below)
+        if requeue:
+            self._demote_at, self._expire_at = DueTimes(), DueTimes()
+            for r in self._hpq:
+                self._demote_at.push(r, self._demotion_time(r))
             for r in self._waiting():
-                if r.kind not in self._built_needs:
-                    self._built_needs[r.kind] = self._need(r, self.policy.demote_below)
-        self._demote_at = [(self._demotion_time(r), r.id) for r in self._hpq]
-        heapq.heapify(self._demote_at)
-        self._expire_at = [
-            (t, r.id) for r in self._waiting() if (t := self._expiry_time(r)) is not None
-        ]
-        heapq.heapify(self._expire_at)
+                self._expire_at.push(r, self._expiry_time(r))
+            return
+        self._demote_at.retime(lambda r: self._demotion_time(r) - r.arrival)
+        self._expire_at.retime(
+            lambda r: None if (t := self._expiry_time(r)) is None else t - r.arrival
+        )
 
     def _needs_grew(self, task: str) -> bool:
         """Whether what a waiting kind of ``task`` needs to avoid demotion has grown past
@@ -393,15 +400,12 @@ class Decide(Costs):
 
     def _demote_due(self, now: float) -> list[Decision]:
         out = []
-        heap = self._demote_at
-        while heap and heap[0][0] <= now:
-            _, req_id = heapq.heappop(heap)
+        for req_id in self._demote_at.pop_due(now, self._hpq.__contains__):
             req = self._hpq.get(req_id)
-            if req is None:
-                continue  # already admitted or cancelled
+            assert req is not None
             due = self._demotion_time(req)
             if due > now:  # the calibration rose since: not yet
-                heapq.heappush(heap, (due, req_id))
+                self._demote_at.later(req, due)
                 continue
             self._hpq.remove(req_id)
             req.tier = Tier.LOW
@@ -412,15 +416,12 @@ class Decide(Costs):
 
     def _expire_due(self, now: float) -> list[Decision]:
         out = []
-        heap = self._expire_at
-        while heap and heap[0][0] <= now:
-            _, req_id = heapq.heappop(heap)
+        for req_id in self._expire_at.pop_due(now, self.is_queued):
             req = self._hpq.get(req_id) or self._lpq.get(req_id)
-            if req is None:
-                continue
+            assert req is not None
             due = self._expiry_time(req)
             if due is not None and due > now:  # the calibration rose since: not yet
-                heapq.heappush(heap, (due, req_id))
+                self._expire_at.later(req, due)
                 continue
             self._hpq.remove(req_id) or self._lpq.remove(req_id)
             out.append(self._leave_queued(req, now, Outcome.REJECTED_EXPIRED))

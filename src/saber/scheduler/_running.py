@@ -21,6 +21,14 @@ from saber.scheduler._chance import QUADRATURE, normal_cdf
 from saber.scheduler.lengths._histogram import BUCKETS_PER_DOUBLING, LengthEstimate, n_buckets
 
 _TOP = float(n_buckets())  # the last edge's position on the buckets' log scale
+PRICED_PER_ROUND = 64
+"""Running requests priced afresh per pricing, at most (past it, the rest keep what they
+were last priced at, the longest-priced first to be refreshed): so that a pricing costs
+about the same at 64 and at 4,096 running. At most this many running, every pricing is
+exact."""
+LOAD_DRIFT = 0.25
+"""A running request last priced at a load this far (relative) from today's is priced
+afresh whatever the count: what one more sequence costs moves with the load."""
 
 
 class Distributions:
@@ -72,7 +80,10 @@ class RunningSet:
     """Running requests admitted from the HPQ with an end-to-end deadline or a pace (a
     TPOT limit): a slot each in arrays of what their chance of meeting them depends on."""
 
-    FIELDS = ("deadline", "due", "made", "clock", "tokens", "limit", "kid", "pace", "first_at")
+    FIELDS = (
+        *("deadline", "due", "made", "clock", "tokens", "limit", "kid", "pace", "first_at"),
+        *("lost", "slope", "pace_lost", "pace_left", "priced_at", "priced_load"),
+    )
 
     def __init__(self) -> None:
         self._slot: dict[str, int] = {}
@@ -92,6 +103,15 @@ class RunningSet:
         self.row = np.zeros(0, dtype=np.int64)  # rows of the live slots, at ``refresh``
         self.pace = np.zeros(size)  # tokens/s its TPOT limit asks for; 0: none
         self.first_at = np.zeros(size)  # when its first token came; NaN: not yet
+        # What one more sequence costs it, as last priced (``Costs._exposure``): its
+        # deadline's chance lost, that loss per second put off, its pace's chance lost
+        # and the seconds it had left to run; when and at what load (NaN: never).
+        self.lost = np.zeros(size)
+        self.slope = np.zeros(size)
+        self.pace_lost = np.zeros(size)
+        self.pace_left = np.zeros(size)
+        self.priced_at = np.zeros(size)
+        self.priced_load = np.zeros(size)
         self.e2e = np.zeros(size, dtype=bool)  # it races an end-to-end deadline
         self.live = np.zeros(size, dtype=bool)
         self.dists = Distributions()
@@ -132,6 +152,7 @@ class RunningSet:
         self.e2e[slot] = e2e
         self.pace[slot] = pace
         self.first_at[slot] = math.nan
+        self.priced_at[slot] = math.nan
         self.live[slot] = True
 
     def _use(self, key: Hashable) -> int:
@@ -174,12 +195,29 @@ class RunningSet:
                 self.dists.forget(key)
         self._free.append(slot)
 
+    def to_price(self, slots: np.ndarray, load: int) -> np.ndarray:
+        """Which of ``slots`` to price afresh: all of them up to PRICED_PER_ROUND; past
+        that, those never priced or priced at a load more than LOAD_DRIFT away, and
+        then the longest since priced, up to PRICED_PER_ROUND in all."""
+        if slots.size <= PRICED_PER_ROUND:
+            return slots
+        at = self.priced_at[slots]
+        new = np.isnan(at) | (np.abs(self.priced_load[slots] - load) > LOAD_DRIFT * load)
+        must: np.ndarray = slots[new]
+        room = PRICED_PER_ROUND - must.size
+        if room <= 0:
+            return must
+        rest = slots[~new]
+        oldest = rest[np.argpartition(at[~new], room)[:room]]
+        out: np.ndarray = np.concatenate((must, oldest))
+        return out
+
     def refresh(
         self, live: np.ndarray, estimate: Callable[[Hashable], LengthEstimate | None]
     ) -> None:
         """The current row of each ``live`` slot's distribution (``estimate(key)``; None:
         not learned, its length taken as certain) into ``row``: one pass per
-        distribution in use, not per slot."""
+        distribution in use, not per slot. ``live``: a mask, or the slots' indices."""
         by_kid = np.full(len(self._kid_keys) + 1, -1, dtype=np.int64)  # [-1]: certain
         for key, (kid, _) in self._kids.items():
             est = estimate(key)

@@ -248,7 +248,7 @@ class SpeedModel:
 
     # -- what the decision rule supplies ---------------------------------
 
-    def _rebuild_times(self) -> None:
+    def _rebuild_times(self, requeue: bool = False) -> None:
         """Recompute the demotion and expiry times (``Decide``): the speed changed."""
         raise NotImplementedError
 
