@@ -180,3 +180,24 @@ def test_a_pricing_of_many_running_catches_up_within_its_rounds():
     # A second request's worth of sequences (not one) is priced afresh in full.
     two = sched._exposure(now, 2)
     assert two is not None and two.lost.size == count and math.isfinite(float(two.lost.sum()))
+
+
+def test_a_request_found_not_yet_due_is_not_given_again_at_the_same_moment():
+    """Its time is its arrival plus its group's offset, which in floating point can land
+    a hair before the time it was found due at: put back, it must come after that (else
+    a poll goes round it for ever)."""
+    arrival, at = next(
+        (a, t) for k in range(1, 10_000) if (a := 0.1 * k + 0.07) + ((t := 3.3 * a + 1.1) - a) < t
+    )
+    r = req("r", arrival)
+    times = DueTimes()
+    times.push(r, at - 1.0)
+    now = math.nextafter(at, -math.inf)  # checked a hair before it is due
+    given = 0
+    for _ in times.pop_due(now, {"r"}.__contains__):
+        given += 1
+        if given > 3:
+            break
+        times.later(r, at)
+    assert given == 1
+    assert at <= (times.peek({"r"}.__contains__) or 0.0) < at + 1e-9

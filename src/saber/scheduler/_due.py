@@ -21,6 +21,17 @@ Offset = Callable[[SchedRequest], "float | None"]
 """A request's time less its arrival (None: never due), the same for its whole group."""
 
 
+def _offset(req: SchedRequest, at: float | None) -> float | None:
+    """``at`` less ``req``'s arrival, rounded up so that arrival plus it is not before
+    ``at``: a request found not yet due is put back after the time it was checked at."""
+    if at is None:
+        return None
+    offset = at - req.arrival
+    while req.arrival + offset < at:
+        offset = math.nextafter(offset, math.inf)
+    return offset
+
+
 class DueTimes:
     """Waiting requests by group, each group's requests in order of arrival, and the
     earliest time across groups. Lazy: a request that left is dropped when it surfaces,
@@ -41,7 +52,7 @@ class DueTimes:
         """``req`` waits, due at ``at`` (None: never) by what holds now: its group takes
         the earlier of that and what it had, checked again when it comes."""
         key = self.key(req)
-        offset = None if at is None else at - req.arrival
+        offset = _offset(req, at)
         heap = self._groups.get(key)
         if heap is None:
             if offset is None:
@@ -67,11 +78,15 @@ class DueTimes:
                 self._push_top(key, heap[0][0])
 
     def later(self, req: SchedRequest, at: float | None) -> None:
-        """``req``, found not yet due, is due at ``at``: so is its group, by as much."""
+        """``req``, found not yet due, is due at ``at``: so is its group, by as much. A
+        group's offset only grows here, so that its members' times, which may differ
+        from one offset in their last bits, do not take turns being not yet due."""
         key = self.key(req)
         heap = self._groups.get(key)
-        if heap is not None and at is not None:
-            self._offset[key] = at - req.arrival
+        offset = _offset(req, at)
+        known = self._offset.get(key)
+        if heap is not None and offset is not None and known is not None and offset > known:
+            self._offset[key] = offset
             if heap:
                 self._push_top(key, heap[0][0])
         self.push(req, at)
