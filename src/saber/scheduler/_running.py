@@ -4,8 +4,9 @@ Pricing one more sequence weighs every running high-priority request with an
 end-to-end deadline (``Costs._exposure``). Walking them in Python each time was the
 hot path of a busy gateway: at 1,024 running streams a quarter of its CPU. Here each
 such request has a slot in a set of numpy arrays, written when it starts, reports
-progress and leaves (O(1) each), so a pricing is a few vectorized passes whatever the
-count. The length distributions they follow are rows of one table of cumulative
+progress and leaves (O(1) each), with what one more sequence cost it when last priced,
+so that a pricing prices afresh a bounded number of them (``to_price``) and reads the
+rest back. The length distributions they follow are rows of one table of cumulative
 weights (``Distributions``), refreshed when a distribution changes, so the chance of
 every running request is computed in one pass even when they follow many.
 """
