@@ -20,6 +20,7 @@ from saber.scheduler._bookkeeping import Bookkeeping
 from saber.scheduler._calibration import SIGMA_PRIOR
 from saber.scheduler._chance import Needs, normal_cdf, normal_cdf_scalar
 from saber.scheduler._request import SchedRequest
+from saber.scheduler._running import PRICED_PER_ROUND
 from saber.scheduler.lengths._histogram import LengthEstimate
 
 
@@ -208,10 +209,10 @@ class Costs(Bookkeeping):
         counted, also each deadline's loss per second its decoding is put off (at
         f(L + extra), over a quarter of its time left).
 
-        One more sequence (``extra`` 1, every round that may admit) is priced from what
-        each running request was last priced at, at most ``PRICED_PER_ROUND`` of them
-        priced afresh (``RunningSet.to_price``): a round costs about the same at 64 and
-        at 1,024 running."""
+        Past ``PRICED_PER_ROUND`` running, one more sequence (``extra`` 1, every round
+        that may admit) is priced from what each running request was last priced at, at
+        most that many of them priced afresh (``RunningSet.to_price``): a round costs
+        about the same at 64 and at 1,024 running."""
         run = self._live
         if not self._load or not len(run):
             return None
@@ -226,10 +227,11 @@ class Costs(Bookkeeping):
         if not (deadlines or paces):
             return None
         slots = np.flatnonzero(live | paced)
-        if extra == 1:
+        kept = extra == 1 and slots.size > PRICED_PER_ROUND
+        if kept:
             slots = run.to_price(slots, self._load)
         lost, slope, pace_lost, pace_left = self._price(now, slots, v0, v1)
-        if extra != 1:  # every one priced now
+        if not kept:  # every one priced now
             sub_live, sub_paced = live[slots], paced[slots]
             parts = (lost[sub_live], slope[sub_live], left_all[slots][sub_live])
             pace = (pace_lost[sub_paced], pace_left[sub_paced])
