@@ -160,7 +160,10 @@ def test_the_state_file_keeps_what_was_learned_across_a_restart(
     state = tmp_path / "state.json"
     profile = fast_profile(tmp_path)  # a curve is swapped in, however busy the machine
     first = gateway_factory(sim.url, profile=profile, state_file=str(state), **QUICK_REFIT)
-    for concurrency in (1, 4, 8):
+    # Four loads for the three a refit asks: on a busy machine the client cannot keep 8
+    # streams in flight, and their loads spread over 2 to 7 (a CI run: 4, 4, 3, 1 points
+    # at 7, 6, 3, 2, no third load with 5, no swap); 1, 2 and 4 it keeps.
+    for concurrency in (1, 2, 4, 8):
         asyncio.run(_load(first.url, sim.model, 20, concurrency, REFIT_TOKENS))
     # Counted in the refit's thread, then swapped in on the event loop: wait for the swap.
     wait_for(
@@ -173,7 +176,7 @@ def test_the_state_file_keeps_what_was_learned_across_a_restart(
     live = first.gateway.scheduler.speed_model
     first.stop()
     saved = json.loads(state.read_text())
-    assert saved["lengths"]["code_generation"]["count"] == 60 and saved["live_model"]
+    assert saved["lengths"]["code_generation"]["count"] == 80 and saved["live_model"]
 
     second = gateway_factory(sim.url, profile=profile, state_file=str(state))
     sched = second.gateway.scheduler
