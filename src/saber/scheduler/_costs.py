@@ -233,7 +233,7 @@ class Costs(Bookkeeping):
         lost, slope, pace_lost, pace_left = self._price(now, slots, v0, v1)
         if not kept:  # every one priced now
             sub_live, sub_paced = live[slots], paced[slots]
-            parts = (lost[sub_live], slope[sub_live], left_all[slots][sub_live])
+            parts = (lost[sub_live], slope[sub_live], left_all[live])
             pace = (pace_lost[sub_paced], pace_left[sub_paced])
         else:  # kept, and read back for every one
             run.lost[slots], run.slope[slots] = lost, slope

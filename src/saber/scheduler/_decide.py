@@ -128,10 +128,8 @@ class Decide(Costs):
             for r in self._waiting():
                 self._expire_at.push(r, self._expiry_time(r))
             return
-        self._demote_at.retime(lambda r: self._demotion_time(r) - r.arrival)
-        self._expire_at.retime(
-            lambda r: None if (t := self._expiry_time(r)) is None else t - r.arrival
-        )
+        self._demote_at.retime(self._demotion_time)
+        self._expire_at.retime(self._expiry_time)
 
     def _needs_grew(self, task: str) -> bool:
         """Whether what a waiting kind of ``task`` needs to avoid demotion has grown past

@@ -17,8 +17,8 @@ from collections.abc import Callable, Hashable, Iterator
 
 from saber.scheduler._request import SchedRequest
 
-Offset = Callable[[SchedRequest], "float | None"]
-"""A request's time less its arrival (None: never due), the same for its whole group."""
+Due = Callable[[SchedRequest], "float | None"]
+"""When a request is due (None: never); less its arrival, the same for its whole group."""
 
 
 def _offset(req: SchedRequest, at: float | None) -> float | None:
@@ -51,8 +51,27 @@ class DueTimes:
     def push(self, req: SchedRequest, at: float | None) -> None:
         """``req`` waits, due at ``at`` (None: never) by what holds now: its group takes
         the earlier of that and what it had, checked again when it comes."""
+        self._add(req, _offset(req, at), later=False)
+
+    def later(self, req: SchedRequest, at: float | None) -> None:
+        """``req``, found not yet due, is due at ``at``: so is its group, by as much. A
+        group's offset only grows here, so that its members' times, which may differ
+        from one offset in their last bits, do not take turns being not yet due."""
+        self._add(req, _offset(req, at), later=True)
+
+    def retime(self, time: Due) -> None:
+        """Every group's offset afresh (the speed or the needs moved): one call each."""
+        self._top = []
+        for key, heap in self._groups.items():
+            member = self._member[key]
+            self._offset[key] = _offset(member, time(member))
+            if heap:
+                self._push_top(key, heap[0][0])
+
+    def _add(self, req: SchedRequest, offset: float | None, *, later: bool) -> None:
+        """``req`` into its group, whose offset moves to ``offset`` where that is
+        earlier (``later``: later) than its own."""
         key = self.key(req)
-        offset = _offset(req, at)
         heap = self._groups.get(key)
         if heap is None:
             if offset is None:
@@ -60,36 +79,15 @@ class DueTimes:
             heap = self._groups[key] = []
             self._member[key] = req
             self._offset[key] = offset
-        elif offset is not None and ((known := self._offset[key]) is None or offset < known):
-            self._offset[key] = offset
-            if heap:
-                self._push_top(key, heap[0][0])
+        elif offset is not None:
+            known = self._offset[key]
+            if known is None or (offset > known if later else offset < known):
+                self._offset[key] = offset
+                if heap:
+                    self._push_top(key, heap[0][0])
         heapq.heappush(heap, (req.arrival, req.id))
         if heap[0][1] == req.id:
             self._push_top(key, req.arrival)
-
-    def retime(self, offset: Offset) -> None:
-        """Every group's offset afresh (the speed or the needs moved): one call each."""
-        self._top = []
-        for key in list(self._groups):
-            self._offset[key] = offset(self._member[key])
-            heap = self._groups[key]
-            if heap:
-                self._push_top(key, heap[0][0])
-
-    def later(self, req: SchedRequest, at: float | None) -> None:
-        """``req``, found not yet due, is due at ``at``: so is its group, by as much. A
-        group's offset only grows here, so that its members' times, which may differ
-        from one offset in their last bits, do not take turns being not yet due."""
-        key = self.key(req)
-        heap = self._groups.get(key)
-        offset = _offset(req, at)
-        known = self._offset.get(key)
-        if heap is not None and offset is not None and known is not None and offset > known:
-            self._offset[key] = offset
-            if heap:
-                self._push_top(key, heap[0][0])
-        self.push(req, at)
 
     def peek(self, waiting: Callable[[str], bool]) -> float | None:
         """The earliest time a request still ``waiting`` is due."""

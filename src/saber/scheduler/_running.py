@@ -197,11 +197,9 @@ class RunningSet:
         self._free.append(slot)
 
     def to_price(self, slots: np.ndarray, load: int) -> np.ndarray:
-        """Which of ``slots`` to price afresh: all of them up to PRICED_PER_ROUND; past
-        that, those never priced or priced at a load more than LOAD_DRIFT away, and
-        then the longest since priced, up to PRICED_PER_ROUND in all."""
-        if slots.size <= PRICED_PER_ROUND:
-            return slots
+        """Which of ``slots`` (more than PRICED_PER_ROUND) to price afresh: those never
+        priced or priced at a load more than LOAD_DRIFT away, and then the longest since
+        priced, up to PRICED_PER_ROUND in all."""
         at = self.priced_at[slots]
         new = np.isnan(at) | (np.abs(self.priced_load[slots] - load) > LOAD_DRIFT * load)
         must: np.ndarray = slots[new]
