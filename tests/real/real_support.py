@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from openai import OpenAI
+from openai import OpenAI, Timeout
 
 from harness import EngineGateway, EngineProcess, scrape, wait_for
 from saber import wire
@@ -36,7 +36,8 @@ def client_for(base_url: str) -> OpenAI:
         base_url=base_url,
         api_key="unused",
         max_retries=0,
-        timeout=httpx.Timeout(150.0, connect=10.0),  # past the test gateway's own 120 s
+        timeout=Timeout(150.0, connect=10.0),  # past the test gateway's own 120 s; the SDK's
+        # own type (openai 3 is built on httpx2, whose Timeout is not httpx's)
     )
 
 
@@ -82,6 +83,24 @@ def all_done(futures: Sequence[Future[Any]], timeout: float, what: str) -> None:
 def outcomes(futures: Sequence[Future[Any]]) -> list[object]:
     """What each future came to so far: its exception, its result, or "running"."""
     return ["running" if not f.done() else f.exception() or f.result() for f in futures]
+
+
+def admission_digest(gw: EngineGateway) -> dict[str, Any]:
+    """What the gateway's admission saw at this moment (its /saber/status, cut down), for
+    a failure message when requests it should have run together did not run together:
+    the speed it predicts, what it learned (calibration, refit), its queues and its last
+    decisions."""
+    try:
+        status = httpx.get(gw.url + "/saber/status", timeout=10).raise_for_status().json()
+    except httpx.HTTPError as exc:
+        return {"status": repr(exc)}
+    return {
+        key: status[key]
+        for key in ("load", "predicted_speed_tokens_per_s", "calibration", "learning")
+    } | {
+        "queues": {t: q for t, q in status["queues"].items() if any(q.values())},
+        "recent_decisions": status["recent_decisions"][-6:],
+    }
 
 
 def backend_status(gw: EngineGateway) -> dict[str, Any]:

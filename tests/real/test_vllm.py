@@ -20,6 +20,7 @@ from real_support import (
     MIRROR_S,
     PROMPT,
     StreamReader,
+    admission_digest,
     all_done,
     backend_status,
     check_chat,
@@ -232,7 +233,13 @@ def _stop_under_load(
         futures = [pool.submit(call, gw, s) for call, s in zip(LONG_CALLS, started, strict=True)]
         # Generous: a busy 2-core machine can take tens of seconds to get four going.
         assert all(s.wait(60.0) for s in started), outcomes(futures)
-        settle(gw.url, IN_FLIGHT, len(LONG_CALLS), timeout=60.0, why=lambda: outcomes(futures))
+        settle(
+            gw.url,
+            IN_FLIGHT,
+            len(LONG_CALLS),
+            timeout=60.0,
+            why=lambda: f"{outcomes(futures)}; {admission_digest(gw)}",
+        )
         engine.stop(grace_s=grace_s)
         all_done(futures, 30.0, "a client hung after vLLM went away")
         settle(gw.url, IN_FLIGHT, 0, timeout=2.0)
