@@ -91,7 +91,7 @@ def admission_digest(gw: EngineGateway) -> dict[str, Any]:
     the speed it predicts, what it learned (calibration, refit), its queues and its last
     decisions."""
     try:
-        status = httpx.get(gw.url + "/saber/status", timeout=10).raise_for_status().json()
+        status = gateway_status(gw)
     except httpx.HTTPError as exc:
         return {"status": repr(exc)}
     return {
@@ -103,10 +103,17 @@ def admission_digest(gw: EngineGateway) -> dict[str, Any]:
     }
 
 
+def gateway_status(gw: EngineGateway) -> dict[str, Any]:
+    """The gateway's /saber/status (an HTTP error raises)."""
+    status: dict[str, Any] = (
+        httpx.get(gw.url + "/saber/status", timeout=10).raise_for_status().json()
+    )
+    return status
+
+
 def backend_status(gw: EngineGateway) -> dict[str, Any]:
     """The ``backend`` section of the gateway's /saber/status."""
-    status = httpx.get(gw.url + "/saber/status", timeout=10).raise_for_status().json()
-    return dict(status["backend"])
+    return dict(gateway_status(gw)["backend"])
 
 
 class StreamReader:
