@@ -272,7 +272,7 @@ class Costs(Bookkeeping):
         if guess.any():
             clock = self._clock_now(now)
             made = np.where(guess, self.calibration * (clock - run.clock[slots]), made)
-        made = np.maximum(np.nan_to_num(made), 0.0)
+        made = np.fmax(made, 0.0)  # NaN (none reported, no clock): 0
         zeros = np.zeros(slots.size)
         lost, slope, pace_lost, pace_left = zeros, zeros, zeros, zeros
         left = run.due[slots] - now
