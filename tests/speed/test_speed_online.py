@@ -77,21 +77,46 @@ def test_a_narrow_band_of_loads_gives_no_refit():
     assert fit.refits == 0
 
 
-def test_a_fit_that_bends_away_below_the_loads_seen_is_not_kept():
-    # Points at 4-40 from a curve that agrees with the profile there but, extrapolated,
-    # runs 6x the profile at one request: not an engine the points show.
+def test_below_the_loads_seen_a_refit_keeps_the_curve_in_use_at_one_request():
+    # Points at 4-40 from a curve that, extrapolated, runs 6x the profile at one
+    # request: the refit follows the points where they are, and at one request, which
+    # they say little of, keeps the profile's speed.
     profile = USL.from_params(lam=100.0, sigma=0.3, kappa=0.0)
     wild = USL.from_params(lam=600.0, sigma=1.0, kappa=0.5)
     rng = np.random.default_rng(1)
     loads = rng.uniform(4, 40, 200)
     speeds = np.array([wild(x) for x in loads]) * rng.lognormal(0, 0.02, 200)
     result = LiveFit().judge(profile, "usl", loads, speeds)
-    assert result is None
-    # The same engine seen from 1 to 40: the fit is kept and swapped in.
+    assert result is not None and result.swap
+    assert result.model(1.0) == pytest.approx(100.0, rel=0.05)
+    for load in (6.0, 12.0, 24.0):
+        assert result.model(load) == pytest.approx(wild(load), rel=0.15)
+    # The same engine seen from 1 to 40: the points say what one request runs at.
     loads = rng.uniform(1, 40, 200)
     speeds = np.array([wild(x) for x in loads]) * rng.lognormal(0, 0.02, 200)
     result = LiveFit().judge(profile, "usl", loads, speeds)
     assert result is not None and result.swap
+    assert result.model(1.0) == pytest.approx(600.0, rel=0.15)
+
+
+def test_an_engine_slower_only_under_load_keeps_its_lone_speed():
+    # The H100 on joint-W2 at twice its capacity: its long prompts made it run a third
+    # slower than profiled at 45-133 requests, not alone. Without the profile's f(1) the
+    # refit scaled the whole curve down and put one request at 61 tokens/s, half of
+    # what it ran at.
+    profile = USL.from_params(lam=114.8, sigma=0.0085, kappa=0.00002)
+    rng = np.random.default_rng(2)
+    loads = rng.uniform(45, 133, 200)
+    speeds = 0.65 * np.array([profile(x) for x in loads]) * rng.lognormal(0, 0.05, 200)
+    # One request that ran alone among them says as little: the anchor stays.
+    for lone in ((), (1.7,)):
+        seen = np.concatenate((loads, lone))
+        fast = np.concatenate((speeds, [profile(x) for x in lone]))
+        result = LiveFit().judge(profile, "usl", seen, fast)
+        assert result is not None and result.swap
+        assert result.model(1.0) == pytest.approx(114.8, rel=0.05)
+        for load in (50.0, 90.0, 130.0):
+            assert result.model(load) == pytest.approx(0.65 * profile(load), rel=0.1)
 
 
 def test_bad_settings_are_refused():
