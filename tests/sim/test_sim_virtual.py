@@ -223,6 +223,12 @@ def test_refit_swaps_in_the_engines_real_curve():
     res = simulate(reqs, slow, tasks=TASKS, scheduler=sched, refit=fit)
     assert res.swaps and fit.swaps == len(res.swaps) and fit.refits >= fit.swaps
     assert sched.speed_model is not model
-    assert sched.speed_model(1.0) < 0.8 * model(1.0)  # it found the slower engine
+    # It found the slower engine where it ran (13 to 26 requests, none alone; 0.65-0.70
+    # of the profile, within 2% of the slow engine's own fit). f(1), which no point
+    # there tells, stays near the profile's (saber.speed._online.ANCHOR_ABOVE): on this
+    # engine, 9 runs (W3 at 3, 4 and 6 req/s, 3 seeds) met 57.7% with it, 57.4% without.
+    low, high = fit.last.loads
+    for load in (low, (low + high) / 2, high):
+        assert sched.speed_model(load) < 0.8 * model(load)
     with pytest.raises(ValueError, match="refit needs"):
         simulate(reqs, Engine(PAPER), tasks=TASKS, refit=LiveFit())
