@@ -68,24 +68,25 @@ def vllm_engine() -> Iterator[EngineProcess]:
     engine.stop()
 
 
+# The real tiers' long requests (LONG in tests/real/test_vllm.py and test_llamacpp.py)
+# are the default task's, code_generation, whose shipped cap is 1,024 tokens: clamped,
+# they ran 5 to 10 s instead of a minute and sometimes ended before a test caught them
+# running (the gateway's copy of the engine's count, read every 5 s, never read 1: vLLM's
+# in stop 51 and 52's CI, llama.cpp's in stop 53's; two of vLLM's, which then also had
+# to make 128 tokens/s each, were run one after the other once the gateway had learned
+# the engine's speed: in-flight never read 2). The caps are tested in the default suite.
+LONG_GATEWAY_OVERRIDES = {**REAL_GATEWAY_OVERRIDES, "task_max_tokens": "off"}
+
+
 @pytest.fixture(scope="session")
 def llamacpp_gateway(llamacpp_engine: EngineProcess, real_profile: Path) -> Iterator[EngineGateway]:
-    gw = start_gateway(llamacpp_engine, real_profile, **REAL_GATEWAY_OVERRIDES)
+    gw = start_gateway(llamacpp_engine, real_profile, **LONG_GATEWAY_OVERRIDES)
     yield gw
     gw.stop()
 
 
-# The vLLM tier's long requests (tests/real/test_vllm.py, LONG) are the default task's,
-# code_generation, whose shipped cap is 1,024 tokens: clamped, they ran 5 to 10 s instead
-# of a minute and sometimes ended before a test caught them running (the gateway's copy
-# of vLLM's count, read every 5 s, never read 1; two of them, which then also had to
-# make 128 tokens/s each, were run one after the other once the gateway had learned
-# this engine's speed: in-flight never read 2). The caps are tested in the default suite.
-VLLM_GATEWAY_OVERRIDES = {**REAL_GATEWAY_OVERRIDES, "task_max_tokens": "off"}
-
-
 @pytest.fixture(scope="session")
 def vllm_gateway(vllm_engine: EngineProcess, real_profile: Path) -> Iterator[EngineGateway]:
-    gw = start_gateway(vllm_engine, real_profile, **VLLM_GATEWAY_OVERRIDES)
+    gw = start_gateway(vllm_engine, real_profile, **LONG_GATEWAY_OVERRIDES)
     yield gw
     gw.stop()
