@@ -65,6 +65,25 @@ def test_an_exact_length_needs_its_tokens_and_more_with_a_spread_speed():
     assert needs.tokens(("t", 100, None, 0, True, None, 0.0, (0.0, 0.0, 0.0)), None, 0.1, 0.3) < 80
 
 
+def test_a_finish_rebuilds_the_distributions_of_its_tasks_spread_kinds_not_its_exact_ones():
+    # Every finish teaches its task a new version of its lengths. A kind of an exact
+    # length (ignore_eos) is built from its length alone: a queue of them keeps its
+    # distributions (a rebuild each per finish was most of a finish's cost), while a
+    # kind that follows the task's lengths takes the new ones.
+    est = LengthEstimate(100)
+    needs = Needs()
+    exact = ("t", 300, None, 0, True, None, 0.0, (0.0, 0.0, 0.0))
+    spread = ("t", 100, None, 0, False, None, 0.0, (0.0, 0.0, 0.0))
+    before = {k[4]: needs.tokens(k, est, 0.9, 0.1) for k in (exact, spread)}
+    built = (needs._dist(exact, est, 0.1), needs._dist(spread, est, 0.1))
+    for _ in range(200):
+        est.observe(900)
+    assert needs._dist(exact, est, 0.1) is built[0]
+    assert needs.tokens(exact, est, 0.9, 0.1) == before[True]
+    assert needs._dist(spread, est, 0.1) is not built[1]
+    assert needs.tokens(spread, est, 0.9, 0.1) > 3 * before[False]
+
+
 def test_the_chance_grows_with_the_budget_and_respects_cap_and_floor():
     est = LengthEstimate(100)
     needs = Needs()

@@ -189,6 +189,24 @@ def test_live_progress_sets_what_a_newcomer_costs_a_running_request():
     assert next(r for r in s.running() if r.id == "long").generated == 90
 
 
+def test_a_poll_with_nothing_changed_does_not_price_the_running_requests_again():
+    # As above, "next" is kept out at t = 0.1 by what it would cost "long". Polls that
+    # follow with nothing reported, arriving or finishing take the same answer without
+    # pricing "long" again, until a 32nd of next's slack (3.1 s) has passed; by then
+    # long's deadline (1 s) is behind it, it has nothing left to lose, and next goes in.
+    s = Scheduler(usl(), Policy.named("closed-loop", max_concurrency=3), speed_sigma=0.02)
+    priced: list[float] = []
+    exposure = s._exposure
+    s._exposure = lambda now, extra: priced.append(now) or exposure(now, extra)  # type: ignore[method-assign]
+    s.offer(SchedRequest("long", "t", 0.0, 1.0, 95, exact=True), 0.0)
+    assert admitted(s.offer(SchedRequest("next", "t", 0.1, 100.0, 200, exact=True), 0.1)) == []
+    assert priced == [0.1]
+    assert [admitted(s.poll(t)) for t in (0.2, 1.5, 3.0)] == [[], [], []]
+    assert priced == [0.1]
+    assert admitted(s.poll(3.3)) == ["next"]
+    assert priced == [0.1, 3.3]
+
+
 def test_finish_learns_from_the_streamed_count_when_not_told_the_total():
     t = task(mean=50)
     s = Scheduler(usl(), Policy(learn_lengths=True), tasks=[t])

@@ -3,8 +3,10 @@
 ``DueTimes`` keeps demotion and expiry times per group of waiting requests, so a new
 speed re-times the groups, not each request; ``Costs._exposure`` prices one more
 sequence from each running request's last pricing, at most ``PRICED_PER_ROUND`` afresh
-a round. Each test fails if what it checks is computed per request again wrongly: a
-group not moved, a request that left still due, a pricing that never catches up.
+a round, and reads what a pricing found as prefix sums (``Exposure``). Each test fails
+if what it checks is computed per request again wrongly: a group not moved, a request
+that left still due, a pricing that never catches up, a sum that is not the one it
+replaced.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 from saber.config import TaskType
 from saber.scheduler import Action, Policy, SchedRequest, Scheduler
 from saber.scheduler._due import DueTimes
-from saber.scheduler._running import PRICED_PER_ROUND
+from saber.scheduler._running import PRICED_PER_ROUND, Exposure
 
 
 def req(rid: str, arrival: float, sla: float = 10.0, tokens: int = 50) -> SchedRequest:
@@ -201,3 +203,21 @@ def test_a_request_found_not_yet_due_is_not_given_again_at_the_same_moment():
         times.later(r, at)
     assert given == 1
     assert at <= (times.peek({"r"}.__contains__) or 0.0) < at + 1e-9
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_what_a_pricing_finds_is_read_as_a_sum_over_every_running_request(seed: int):
+    # Exposure.cost reads prefix sums over the entries sorted by their time left; it
+    # must be the sum it replaced, for any run and any delay, the paces alone included.
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    lost, left = rng.random(n) * 0.05, rng.random(n) * 60.0 + 1e-3
+    paced = rng.random(n) < 0.3
+    exposure = Exposure(lost, left, paced=paced)
+    for runs in (0.0, 0.5, 7.0, 59.0, 1e4, math.inf):
+        for delay in (0.0, 3.0, 30.0, 100.0):
+            share = np.minimum(runs, np.maximum(left - delay, 0.0)) / left
+            assert exposure.cost(runs, delay) == pytest.approx(np.sum(lost * share), abs=1e-12)
+            assert exposure.cost(runs, delay, paces=True) == pytest.approx(
+                np.sum((lost * share)[paced]), abs=1e-12
+            )

@@ -36,15 +36,18 @@ class Window(Generic[K]):
         self.window_s = window_s
         self.seen: deque[tuple[float, K, int]] = deque()  # (when, key, count), oldest first
         self.counts: dict[K, int] = {}
+        self.version = 0  # moves with every count that comes or goes
 
     def add(self, key: K, count: int, now: float) -> None:
         self.expire(now)
+        self.version += 1
         self.seen.append((now, key, count))
         self.counts[key] = self.counts.get(key, 0) + count
 
     def expire(self, now: float) -> None:
         seen, counts = self.seen, self.counts
         while seen and seen[0][0] + self.window_s <= now:
+            self.version += 1
             _, key, count = seen.popleft()
             counts[key] -= count
             if not counts[key]:
@@ -66,6 +69,11 @@ class Arrivals:
     @property
     def window_s(self) -> float:
         return self._window.window_s
+
+    @property
+    def version(self) -> int:
+        """Moves with every arrival that comes into the window or leaves it."""
+        return self._window.version
 
     def observe(self, req: SchedRequest, now: float) -> None:
         self.expire(now)

@@ -19,7 +19,9 @@ For a running request, the length is conditioned on what it has already made
 
 from __future__ import annotations
 
+import functools
 import math
+from bisect import bisect_left
 from collections.abc import Hashable
 
 import numpy as np
@@ -40,8 +42,28 @@ def _units(tokens: float) -> float:
     return math.log2(max(tokens, 1.0)) * BUCKETS_PER_DOUBLING
 
 
+@functools.cache
+def _bucket_index(n: int) -> np.ndarray:
+    """Each length bucket's grid index (its middle on the log scale; the first bucket
+    holds lengths of 1)."""
+    atoms = np.arange(n) + 0.5
+    atoms[0] = 0.0
+    index: np.ndarray = np.rint(atoms / _STEP).astype(np.int64)
+    return index
+
+
+@functools.cache
+def _kernel(spread: float, pad: int) -> np.ndarray:
+    """The speed's noise on the grid: a normal of ``spread`` steps, ``pad`` - 1 each side."""
+    k = np.arange(-pad + 1, pad)
+    kernel = np.exp(-0.5 * (k / spread) ** 2)
+    out: np.ndarray = kernel / kernel.sum()
+    return out
+
+
 class _Effective:
-    """The distribution of n / e for one kind of request: a CDF on a log grid."""
+    """The distribution of n / e for one kind of request: a CDF on a log grid, kept as a
+    list (a lookup is a binary search; numpy's per-call cost was most of one)."""
 
     __slots__ = ("cdf", "start")
 
@@ -57,30 +79,31 @@ class _Effective:
         pad = math.ceil(4.0 * spread) + 2
         if est is None or exact is not None:
             atoms = np.array([_units(float(exact or 1))])
+            if cap is not None:
+                atoms = np.minimum(atoms, _units(cap))
+            if floor:
+                atoms = np.maximum(atoms, _units(floor))
+            index = np.rint(atoms / _STEP).astype(np.int64)
             weights = np.ones(1)
-        else:
-            atoms = (np.arange(len(est.weights)) + 0.5).astype(float)
-            atoms[0] = 0.0  # the first bucket holds lengths of 1
+        else:  # rint is monotone: clipping the grid's indices is clipping the atoms
+            index = _bucket_index(len(est.weights))
+            if cap is not None:
+                index = np.minimum(index, round(_units(cap) / _STEP))
+            if floor:
+                index = np.maximum(index, round(_units(floor) / _STEP))
             weights = est.weights / est.weights.sum()
-        if cap is not None:
-            atoms = np.minimum(atoms, _units(cap))
-        if floor:
-            atoms = np.maximum(atoms, _units(floor))
-        index = np.rint(atoms / _STEP).astype(np.int64)
         low, high = int(index.min()) - pad, int(index.max()) + pad
         mass = np.bincount(index - low, weights=weights, minlength=high - low + 1)
         if spread > 0.05:
-            k = np.arange(-pad + 1, pad)
-            kernel = np.exp(-0.5 * (k / spread) ** 2)
-            mass = np.convolve(mass, kernel / kernel.sum(), mode="same")
-        cdf = np.cumsum(mass)
-        self.cdf = cdf / cdf[-1]
+            mass = np.convolve(mass, _kernel(spread, pad), mode="same")
+        cdf = mass.cumsum()
+        self.cdf: list[float] = (cdf / cdf[-1]).tolist()
         self.start = low  # grid index of cdf[0]
 
     def quantile(self, p: float) -> float:
         """The effective length below which it falls with chance ``p``, in tokens."""
         cdf = self.cdf
-        i = int(np.searchsorted(cdf, p, side="left"))
+        i = bisect_left(cdf, p)
         if i <= 0:
             pos = 0.0
         elif i >= len(cdf):
@@ -95,7 +118,14 @@ class _Effective:
     def chance(self, tokens: float) -> float:
         """P(effective length <= tokens)."""
         pos = _units(tokens) / _STEP - self.start
-        return float(np.interp(pos, np.arange(len(self.cdf)), self.cdf, left=0.0, right=1.0))
+        cdf = self.cdf
+        if pos < 0.0:
+            return 0.0
+        last = len(cdf) - 1
+        if pos >= last:
+            return 1.0 if pos > last else cdf[last]
+        i = int(pos)
+        return (cdf[i + 1] - cdf[i]) * (pos - i) + cdf[i]  # as np.interp computes it
 
 
 Kind = tuple[str, int, "int | None", int, bool, object, float, object]
@@ -122,7 +152,7 @@ class Needs:
         self._quantiles: dict[tuple[Hashable, float], tuple[int, float, float]] = {}
 
     def _dist(self, kind: Kind, est: LengthEstimate | None, sigma: float) -> _Effective:
-        version = -1 if est is None else est.version
+        version = _version(kind, est)
         key = _shared(kind)
         hit = self._dists.get(key)
         if hit is not None and hit[0] == version and hit[1] == sigma:
@@ -138,7 +168,7 @@ class Needs:
     def tokens(self, kind: Kind, est: LengthEstimate | None, p: float, sigma: float) -> float:
         """The work (tokens, in units of the predicted speed x time) a request of this
         kind needs to finish with chance ``p``; ``sigma`` rounded (``rounded_sigma``)."""
-        version = -1 if est is None else est.version
+        version = _version(kind, est)
         key = (_shared(kind), p)
         hit = self._quantiles.get(key)
         if hit is not None and hit[0] == version and hit[1] == sigma:
@@ -158,6 +188,13 @@ class Needs:
     def forget(self) -> None:
         self._dists.clear()
         self._quantiles.clear()
+
+
+def _version(kind: Kind, est: LengthEstimate | None) -> int:
+    """The version of what a kind's distribution is built from: -1 for an exact length,
+    which no distribution moves (each finish teaches its task a new version: a queue of
+    ignore_eos requests would rebuild them all at every one)."""
+    return -1 if est is None or kind[4] else est.version
 
 
 def _shared(kind: Kind) -> Hashable:

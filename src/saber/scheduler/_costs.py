@@ -19,8 +19,9 @@ from saber.scheduler._arrivals import Arrivals
 from saber.scheduler._bookkeeping import Bookkeeping
 from saber.scheduler._calibration import SIGMA_PRIOR
 from saber.scheduler._chance import Needs, normal_cdf, normal_cdf_scalar
-from saber.scheduler._request import SchedRequest
-from saber.scheduler._running import PRICED_PER_ROUND
+from saber.scheduler._request import Kind, SchedRequest
+from saber.scheduler._running import PRICED_PER_ROUND, Exposure, Running
+from saber.scheduler._speed_model import REBUILD_AT
 from saber.scheduler.lengths._histogram import LengthEstimate
 
 
@@ -63,23 +64,6 @@ others, made 47 and missed it. A hold, which costs a patient request nothing, is
 taken while one more would cost the pace 0.02: a fifth to a third of headroom."""
 
 
-@dataclass(frozen=True, slots=True)
-class Exposure:
-    """What one more sequence costs the running requests (``_exposure``): per entry (a
-    running request's deadline, or its pace), the chance lost were the newcomer to run
-    all the time it has left, and that time; per deadline, the chance lost per second
-    its decoding is put off (a newcomer's prefill; None when not counted); and which
-    entries are paces (None: none are)."""
-
-    lost: np.ndarray
-    left: np.ndarray
-    slope: np.ndarray | None = None
-    paced: np.ndarray | None = None
-
-
-Running = Exposure | None
-
-
 class Costs(Bookkeeping):
     """Chances and costs, in requests on schedule.
 
@@ -90,6 +74,7 @@ class Costs(Bookkeeping):
     _arrivals: Arrivals
     _arrival_share: float  # of the requests arriving for this backend, those seen here
     _place_share: float  # of a pool's arrivals (``_arrivals``), those that run here
+    _built_needs: dict[Kind, float]  # kind -> what it needed when its times were computed
 
     def _need(self, req: SchedRequest, p: float) -> float:
         """The work (tokens at the predicted speed) ``req`` needs to finish in time with
@@ -97,6 +82,20 @@ class Costs(Bookkeeping):
         return self.needs.tokens(
             req.kind, self.lengths.estimate(req.task, req.dist), p, self._sigma
         )
+
+    def _needs_grew(self, task: str) -> bool:
+        """Whether what a waiting kind of ``task`` needs to avoid demotion has grown past
+        REBUILD_AT since its times were computed."""
+        if self.policy.decide != "chance":
+            return False
+        for kind, need in self._built_needs.items():
+            if kind[0] != task:
+                continue
+            req = SchedRequest("", task, 0.0, 0.0, kind[1], kind[2], kind[3], kind[4])
+            req.dist = kind[5]
+            if self._need(req, self.policy.demote_below) > (1.0 + REBUILD_AT) * need:
+                return True
+        return False
 
     def _chance(self, req: SchedRequest, budget: float) -> float:
         """P(``req`` finishes in time) with ``budget`` = speed x time left."""
@@ -172,20 +171,11 @@ class Costs(Bookkeeping):
         runs = req.tokens / speed + req.prefill_s
         p = start
         if running is not None and running.lost.size:
-            lost, left = running.lost, running.left
             if paces:
-                if running.paced is None:
-                    return p
-                lost, left = lost[running.paced], left[running.paced]
-            if delay:
-                share = np.minimum(runs, np.maximum(left - delay, 0.0)) / left
-            else:
-                share = np.minimum(1.0, runs / left)
-            p += float(np.sum(lost * share))
-            slope = running.slope
-            if slope is not None and req.prefill_s > 0.0 and not paces:
-                hit = np.minimum(slope * req.prefill_s, 1.0)
-                p += float(np.sum(hit[running.left > delay]) if delay else np.sum(hit))
+                return p if running.paced is None else p + running.cost(runs, delay, True)
+            p += running.cost(runs, delay)
+            if running.slope is not None and req.prefill_s > 0.0:
+                p += running.prefill_cost(req.prefill_s, delay)
         return p if paces else p + future.loss(runs, delay)
 
     def _loss(self, now: float, extra: int, runs: float = math.inf) -> float:

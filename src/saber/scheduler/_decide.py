@@ -13,11 +13,11 @@ import math
 import random
 from collections.abc import Callable
 
-from saber.scheduler._costs import NO_FUTURE, Costs, Future, Running
+from saber.scheduler._costs import NO_FUTURE, Costs, Future
 from saber.scheduler._due import DueTimes
 from saber.scheduler._queues import TaskQueues
-from saber.scheduler._request import Action, Decision, Kind, Outcome, SchedRequest, Tier
-from saber.scheduler._speed_model import REBUILD_AT
+from saber.scheduler._request import Action, Decision, Outcome, SchedRequest, Tier
+from saber.scheduler._running import Running
 
 CHANCE_STEP = 0.02
 """The admission threshold is rounded up to this, so its quantiles are cached; a
@@ -25,6 +25,14 @@ request passing now waits only if it is worth this much more later."""
 WAIT_SHARES = (0.125, 0.25, 0.5)
 """A request that passes is weighed as if admitted after these shares of the time it has
 left (``_better_later``): shares of its own slack, so the same on any engine."""
+RECHECK_SHARE = WAIT_SHARES[0] / 4
+"""When the running requests' costs kept every waiting request out (or held the one that
+passed), a poll that finds nothing changed (no arrival, finish, demotion, progress, new
+speed or lengths, no arrival leaving the window its rate is taken over) prices them
+again only once this share of the most urgent candidate's slack has passed: what moves
+them meanwhile is time alone, slowly against a hold's shortest step. A pool polls every
+backend at each event, most of them unchanged, and the scheduler's timer polls when
+nothing else happened."""
 
 
 def _step_up(p: float) -> float:
@@ -40,12 +48,13 @@ class Decide(Costs):
 
     _kinds: dict[str, str]  # task -> the SLA kind its requests carry
     _rng: random.Random
-    _built_needs: dict[Kind, float]  # kind -> need when timed
     _demote_at: DueTimes  # when each waiting request of the HPQ is to be demoted
     _expire_at: DueTimes  # when each waiting request is to expire
     _last_protected: float
-    # What the cheapest check read when it last found nothing (``_next_passing``).
+    # What the cheapest check read when it last found nothing (``_next_passing``), and
+    # what the priced check read when it last did, until when that holds.
     _none_cheap: tuple[tuple[object, ...], float] | None
+    _none_priced: tuple[tuple[object, ...], float, float] | None
     paused: bool  # admit nothing here: a pool's backend out of service (Scheduler)
 
     # -- when a waiting request is due -----------------------------------
@@ -113,7 +122,7 @@ class Decide(Costs):
     def _rebuild_times(self, requeue: bool = False) -> None:
         """The demotion and expiry times afresh, one offset per group (``DueTimes``);
         ``requeue``: the tasks changed (a reload), so every waiting request anew."""
-        self._none_cheap = None  # the speed model, the tasks or the needs changed
+        self._none_cheap = self._none_priced = None  # the speed model, tasks or needs
         self._times_f1 = self.max_speed
         self._built_needs = {}
         if self.policy.decide == "chance":
@@ -130,20 +139,6 @@ class Decide(Costs):
             return
         self._demote_at.retime(self._demotion_time)
         self._expire_at.retime(self._expiry_time)
-
-    def _needs_grew(self, task: str) -> bool:
-        """Whether what a waiting kind of ``task`` needs to avoid demotion has grown past
-        REBUILD_AT since its times were computed."""
-        if self.policy.decide != "chance":
-            return False
-        for kind, need in self._built_needs.items():
-            if kind[0] != task:
-                continue
-            req = SchedRequest("", task, 0.0, 0.0, kind[1], kind[2], kind[3], kind[4])
-            req.dist = kind[5]
-            if self._need(req, self.policy.demote_below) > (1.0 + REBUILD_AT) * need:
-                return True
-        return False
 
     # -- Algorithm 1 -----------------------------------------------------
 
@@ -208,13 +203,22 @@ class Decide(Costs):
         some request could pass were they small. The check for that is skipped while
         nothing it reads has changed since it last found none: each kind's earliest
         deadline then only moves on with ``now``, so none would pass still (the
-        rounds of a full engine with a long queue)."""
+        rounds of a full engine with a long queue). When the costs kept them out, the
+        same holds for a while (RECHECK_SHARE)."""
         speed = self.predicted_speed(self._load + 1)
+        state: tuple[object, ...] | None = None
+        recheck = now
         if self._load and credit < CHANCE_STEP:
             lengths = self.lengths.version
             state = (id(queue), queue.version, self.load, speed, credit, self._sigma, lengths)
-            last = self._none_cheap
+            last, priced = self._none_cheap, self._none_priced
             if last is not None and last[0] == state and now >= last[1]:
+                return None
+            if (
+                priced is not None
+                and priced[1] <= now < priced[2]
+                and priced[0] == self._priced_state(state)
+            ):
                 return None
             least = CHANCE_STEP - credit  # the cost of the cheapest request one could admit
             cheapest = queue.most_urgent_passing(
@@ -223,13 +227,29 @@ class Decide(Costs):
             if cheapest is None:
                 self._none_cheap = (state, now)
                 return None
+            recheck = now + RECHECK_SHARE * max(cheapest.due - now, 0.0)
         if not self._load or credit:
             return queue.most_urgent_passing(self._earliest_rule(now, speed, credit))
         costs = self._costs_now(now, speed)
         req = queue.most_urgent_passing(self._earliest_rule(now, speed, credit, costs))
-        if req is not None and self._better_later(req, now, speed, *costs):
-            return None
-        return req
+        if req is not None and not self._better_later(req, now, speed, *costs):
+            return req
+        if state is not None:
+            self._none_priced = (self._priced_state(state), now, recheck)
+        return None
+
+    def _priced_state(self, state: tuple[object, ...]) -> tuple[object, ...]:
+        """What the priced check reads beyond the cheap one's ``state``: the running
+        requests' progress, the arrivals (the requests to come), the others' sequences
+        and this backend's shares of a pool's arrivals."""
+        return (
+            *state,
+            self._live.reports,
+            self._arrivals.version,
+            self._seen_elsewhere,
+            self._arrival_share,
+            self._place_share,
+        )
 
     def _costs_now(self, now: float, speed: float) -> tuple[Running, Future]:
         """What one more sequence costs the running requests and those to come (once a
@@ -327,7 +347,7 @@ class Decide(Costs):
     def _admit_mean(self, now: float) -> list[Decision]:
         out: list[Decision] = []
         cap = self.policy.max_concurrency
-        protected = self._protected_speed_at()
+        protected = self._protected_speed() if self.policy.protection == "frozen" else 0.0
         while len(self._hpq) and (cap is None or self.load < cap):
             decision = self._admit_one_from_hpq(now, protected)
             if decision is None:
@@ -389,10 +409,6 @@ class Decide(Costs):
             ),
             default=0.0,
         )
-
-    def _protected_speed_at(self) -> float:
-        """The speed f(L+1) must meet for anyone to be admitted, per the policy."""
-        return self._protected_speed() if self.policy.protection == "frozen" else 0.0
 
     # -- demotion and expiry -----------------------------------------------
 

@@ -254,5 +254,5 @@ class SpeedModel:
 
     def _needs_grew(self, task: str) -> bool:
         """Whether what ``task``'s waiting requests need has outgrown their times
-        (``Decide``)."""
+        (``Costs``)."""
         raise NotImplementedError
