@@ -8,16 +8,17 @@ admit), and 10, 1,000 or 10,000 wait in the HPQs of four task types, each needin
 than f(L + 1)
 so that nothing passes and every round scans its whole window: the worst case of a
 full engine with a long queue. Each round also reports the generated-token count
-of 8 running requests (``progress``, as the relay does per frame), and every 50
+of 8 running requests (``progress``, as the relay does per frame), and every 10
 rounds one running request finishes (``finish`` teaches the learned lengths and the
 calibration) and one more arrives (``offer``), so learning runs throughout.
 
 Prints, per queue size, p50 / p99 / max of one ``poll`` in microseconds for the
 default policy (closed-loop), the previous default (mean) and the paper's rule,
 measured in the same run: the paper's is the baseline the ratio is taken against.
-Most rounds change nothing the admission check reads (the default then skips it);
-the last columns time the rounds that do, a finish and an arrival (``finish`` and
-``offer``, whose own ``poll`` searches the changed queue afresh).
+Then a poll half a round later with nothing reported between ("unchanged": a pool
+polls every backend at each event, and the scheduler's timer polls when nothing
+happened), and the events: a finish (``finish``) and an arrival (``offer``, whose own
+``poll`` searches the changed queue afresh and prices the running requests).
 """
 
 from __future__ import annotations
@@ -82,14 +83,23 @@ def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float,
     return sched, start, admitted
 
 
+EVENT_EVERY = 10
+"""Rounds between a finish and an arrival."""
+TICK_S = 0.005
+"""Seconds between rounds: 3,000 rounds take 15 s, before the waiting requests come due
+for demotion at 16 running (about 25 s in, where they need nearly f(1))."""
+
+
 def measure(
     policy: Policy, running_count: int, waiting: int, rounds: int
-) -> tuple[list[float], list[float]]:
-    """Microseconds per ``poll``, and per finish-and-arrival."""
+) -> dict[str, list[float]]:
+    """Microseconds per ``poll``, per unchanged poll, per finish and per arrival."""
     sched, now, started = build(policy, running_count, waiting)
     times: list[float] = []
-    events: list[float] = []
-    tick = 0.01
+    unchanged: list[float] = []
+    finishes: list[float] = []
+    arrivals_us: list[float] = []
+    tick = TICK_S
     running = [f"run{i}" for i in range(running_count)]
     speed = USL(running_count)  # each running request makes tokens as fast as f(L) predicts
     arrivals = waiting
@@ -101,15 +111,19 @@ def measure(
             for j in range(8):  # a few frames arrived since the last round
                 rid = running[(k * 8 + j) % len(running)]
                 sched.progress(rid, int(speed * (now - started[rid])), now)
-            # A finish and an arrival every 50 rounds, while half the running remain (the
-            # paper's window may leave the arrival behind the front of the queue).
-            if k % 50 == 49 and len(running) > running_count // 2:
+            # A finish and an arrival every EVENT_EVERY rounds, while half the running
+            # remain (the paper's window may leave the arrival behind the front of the
+            # queue).
+            if k % EVENT_EVERY == EVENT_EVERY - 1 and len(running) > running_count // 2:
                 done = running.pop(0)
                 new = f"run-new{k}"
                 start = time.perf_counter_ns()
                 sched.finish(done, now, max(int(speed * (now - started.pop(done))), 1))
+                mid = time.perf_counter_ns()
                 sched.offer(SchedRequest(new, "code_qna", now, now + 1e4, 10, cap=256), now)
-                events.append((time.perf_counter_ns() - start) / 1000)
+                end = time.perf_counter_ns()
+                finishes.append((mid - start) / 1000)
+                arrivals_us.append((end - mid) / 1000)
                 if sched.is_running(new):
                     running.append(new)
                     started[new] = now
@@ -117,9 +131,12 @@ def measure(
             start = time.perf_counter_ns()
             sched.poll(now)
             times.append((time.perf_counter_ns() - start) / 1000)
+            start = time.perf_counter_ns()
+            sched.poll(now + tick / 2)
+            unchanged.append((time.perf_counter_ns() - start) / 1000)
     finally:
         gc.enable()
-    return times, events
+    return {"poll": times, "unchanged": unchanged, "finish": finishes, "arrival": arrivals_us}
 
 
 def main() -> None:
@@ -131,24 +148,25 @@ def main() -> None:
     policies = {name: Policy.named(name) for name in ("closed-loop", "mean", "paper")}
     print(f"one poll per round, {args.rounds} rounds; microseconds")
     print(
-        "| running | waiting | policy | p50 | p99 | max | p99 / paper's "
-        "| finish + arrival p50 | p99 | p99 / paper's |"
+        "| running | waiting | policy | poll p50 | p99 | max | p99 / paper's "
+        "| unchanged p50 | p99 | finish p50 | p99 | arrival p50 | p99 | p99 / paper's |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     cells = [(int(r), int(w)) for r in args.running.split(",") for w in args.waiting.split(",")]
     for running, waiting in cells:
         runs = {name: measure(p, running, waiting, args.rounds) for name, p in policies.items()}
-        times = {name: sorted(polls) for name, (polls, _) in runs.items()}
-        events = {name: sorted(changes) for name, (_, changes) in runs.items()}
-        base, event_base = pct(times["paper"], 0.99), pct(events["paper"], 0.99)
-        for name, xs in times.items():
+        base = {part: pct(sorted(xs), 0.99) for part, xs in runs["paper"].items()}
+        for name, parts in runs.items():
             label = "default (closed-loop)" if name == "closed-loop" else name
-            ev = events[name]
+            polls, same, done, came = (sorted(parts[k]) for k in base)
             print(
-                f"| {running:,} | {waiting:,} | {label} | {statistics.median(xs):.1f} "
-                f"| {pct(xs, 0.99):.1f} | {xs[-1]:.0f} | {pct(xs, 0.99) / base:.2f} "
-                f"| {statistics.median(ev):.0f} | {pct(ev, 0.99):.0f} "
-                f"| {pct(ev, 0.99) / event_base:.2f} |"
+                f"| {running:,} | {waiting:,} | {label} | {statistics.median(polls):.1f} "
+                f"| {pct(polls, 0.99):.1f} | {polls[-1]:.0f} "
+                f"| {pct(polls, 0.99) / base['poll']:.2f} "
+                f"| {statistics.median(same):.1f} | {pct(same, 0.99):.1f} "
+                f"| {statistics.median(done):.0f} | {pct(done, 0.99):.0f} "
+                f"| {statistics.median(came):.0f} | {pct(came, 0.99):.0f} "
+                f"| {pct(came, 0.99) / base['arrival']:.2f} |"
             )
 
 
