@@ -85,6 +85,8 @@ def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float,
 
 EVENT_EVERY = 10
 """Rounds between a finish and an arrival."""
+PARTS = ("poll", "unchanged", "finish", "arrival")
+"""What ``measure`` times, in the order the table prints them."""
 TICK_S = 0.005
 """Seconds between rounds: 3,000 rounds take 15 s, before the waiting requests come due
 for demotion at 16 running (about 25 s in, where they need nearly f(1))."""
@@ -136,7 +138,7 @@ def measure(
             unchanged.append((time.perf_counter_ns() - start) / 1000)
     finally:
         gc.enable()
-    return {"poll": times, "unchanged": unchanged, "finish": finishes, "arrival": arrivals_us}
+    return dict(zip(PARTS, (times, unchanged, finishes, arrivals_us), strict=True))
 
 
 def main() -> None:
@@ -158,7 +160,7 @@ def main() -> None:
         base = {part: pct(sorted(xs), 0.99) for part, xs in runs["paper"].items()}
         for name, parts in runs.items():
             label = "default (closed-loop)" if name == "closed-loop" else name
-            polls, same, done, came = (sorted(parts[k]) for k in base)
+            polls, same, done, came = (sorted(parts[k]) for k in PARTS)
             print(
                 f"| {running:,} | {waiting:,} | {label} | {statistics.median(polls):.1f} "
                 f"| {pct(polls, 0.99):.1f} | {polls[-1]:.0f} "
