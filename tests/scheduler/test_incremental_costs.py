@@ -3,10 +3,11 @@
 ``DueTimes`` keeps demotion and expiry times per group of waiting requests, so a new
 speed re-times the groups, not each request; ``Costs._exposure`` prices one more
 sequence from each running request's last pricing, at most ``PRICED_PER_ROUND`` afresh
-a round, and reads what a pricing found as prefix sums (``Exposure``). Each test fails
-if what it checks is computed per request again wrongly: a group not moved, a request
-that left still due, a pricing that never catches up, a sum that is not the one it
-replaced.
+a round, prices them in one pass over one table of distributions (``RunningSet``), and
+reads what a pricing found as prefix sums (``Exposure``). Each test fails if what it
+checks is computed per request again wrongly: a group not moved, a request that left
+still due, a pricing that never catches up, a chance not the request's own, a sum that
+is not the one it replaced.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import pytest
 
 from saber.config import TaskType
 from saber.scheduler import Action, Policy, SchedRequest, Scheduler
+from saber.scheduler._chance import running_chance
 from saber.scheduler._due import DueTimes
-from saber.scheduler._running import PRICED_PER_ROUND, Exposure
+from saber.scheduler._running import PRICED_PER_ROUND, Exposure, RunningSet
+from saber.scheduler.lengths._histogram import LengthEstimate
 
 
 def req(rid: str, arrival: float, sla: float = 10.0, tokens: int = 50) -> SchedRequest:
@@ -221,3 +224,55 @@ def test_what_a_pricing_finds_is_read_as_a_sum_over_every_running_request(seed: 
             assert exposure.cost(runs, delay, paces=True) == pytest.approx(
                 np.sum((lost * share)[paced]), abs=1e-12
             )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_every_running_requests_chance_priced_together_is_its_own(seed: int):
+    # RunningSet.chances prices every running request in one pass over one table of
+    # distributions; each must get what running_chance gives it alone: its own
+    # distribution (or its length as certain), what it made, its cap and each budget,
+    # and after a distribution moves (a new version) or comes into use, the new one.
+    rng = np.random.default_rng(seed)
+    ests = {}
+    for name, mean in (("a", 40), ("b", 300), ("c", 1200), ("d", 90)):
+        ests[name] = LengthEstimate(mean)
+        for n in rng.lognormal(math.log(mean), 0.5, 30):
+            ests[name].observe(max(int(n), 1))
+    run = RunningSet()
+    keys: list[str | None] = []
+
+    def start(key: str | None) -> None:
+        i, tokens = len(keys), float(rng.integers(1, 2000))
+        run.add(
+            f"r{i}", deadline=10.0, due=10.0, clock=0.0, tokens=tokens,
+            limit=float(rng.choice([tokens, 4096.0])), key=key,
+        )  # fmt: skip
+        if rng.random() < 0.7:
+            run.progress(f"r{i}", int(rng.integers(0, 1500)), 1.0)
+        keys.append(key)
+
+    def check(version: int) -> None:
+        slots = np.arange(len(keys))
+        made = np.nan_to_num(run.made[slots])
+        budgets = rng.random((3, slots.size)) * 1500.0
+        budgets[1, ::4] = 0.0  # no time left: no chance
+        run.refresh(slots, ests.get, version)
+        got = run.chances(slots, made, budgets, 0.2)
+        for i, key in enumerate(keys):
+            one = slice(i, i + 1)
+            alone = running_chance(
+                ests[key] if key else None, made[one], run.limit[one], budgets[:, one], 0.2,
+                np.maximum(run.tokens[one] - made[one], 1.0),
+            )  # fmt: skip
+            assert got[:, i] == pytest.approx(alone[:, 0], abs=1e-12)
+
+    for _ in range(int(rng.integers(5, 60))):
+        start([None, "a", "b", "c"][int(rng.integers(0, 4))])
+    start("b")
+    check(version=0)
+    check(version=0)  # the rows as kept
+    for n in rng.lognormal(math.log(2000), 0.3, 200):  # b's answers grow long
+        ests["b"].observe(int(n))
+    check(version=1)
+    start("d")  # a distribution comes into use, the others unchanged
+    check(version=1)

@@ -269,7 +269,7 @@ class Costs(Bookkeeping):
         racing = run.e2e[slots] & (left > 0.0)
         if racing.any():
             idx, left = slots[racing], left[racing]
-            run.refresh(idx, self._estimate_of)
+            run.refresh(idx, self._estimate_of, self.lengths.version)
             budgets = [v0 * left, v1 * left]
             prefill = self._prefill is not None
             if prefill:

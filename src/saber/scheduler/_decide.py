@@ -206,26 +206,23 @@ class Decide(Costs):
         rounds of a full engine with a long queue). When the costs kept them out, the
         same holds for a while (RECHECK_SHARE)."""
         speed = self.predicted_speed(self._load + 1)
-        state: tuple[object, ...] | None = None
+        full: tuple[object, ...] | None = None  # what the priced check reads
         recheck = now
         if self._load and credit < CHANCE_STEP:
             lengths = self.lengths.version
-            state = (id(queue), queue.version, self.load, speed, credit, self._sigma, lengths)
+            cheap = (id(queue), queue.version, self.load, speed, credit, self._sigma, lengths)
             last, priced = self._none_cheap, self._none_priced
-            if last is not None and last[0] == state and now >= last[1]:
+            if last is not None and last[0] == cheap and now >= last[1]:
                 return None
-            if (
-                priced is not None
-                and priced[1] <= now < priced[2]
-                and priced[0] == self._priced_state(state)
-            ):
+            full = self._priced_state(cheap)
+            if priced is not None and priced[1] <= now < priced[2] and priced[0] == full:
                 return None
             least = CHANCE_STEP - credit  # the cost of the cheapest request one could admit
             cheapest = queue.most_urgent_passing(
                 lambda r: self._earliest(r, now, speed, None, NO_FUTURE, -least)
             )
             if cheapest is None:
-                self._none_cheap = (state, now)
+                self._none_cheap = (cheap, now)
                 return None
             recheck = now + RECHECK_SHARE * max(cheapest.due - now, 0.0)
         if not self._load or credit:
@@ -234,8 +231,8 @@ class Decide(Costs):
         req = queue.most_urgent_passing(self._earliest_rule(now, speed, credit, costs))
         if req is not None and not self._better_later(req, now, speed, *costs):
             return req
-        if state is not None:
-            self._none_priced = (self._priced_state(state), now, recheck)
+        if full is not None:
+            self._none_priced = (full, now, recheck)
         return None
 
     def _priced_state(self, state: tuple[object, ...]) -> tuple[object, ...]:

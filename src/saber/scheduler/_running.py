@@ -19,6 +19,7 @@ they have left, that is two prefix sums and two binary searches, the same at 16 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Hashable
 
@@ -72,16 +73,18 @@ class Distributions:
             self._free.append(hit[0])
 
     def cdf(self, rows: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """P(L <= tokens) for each element's distribution (``rows``), as
-        ``LengthEstimate.cdf`` computes it: linear in log(tokens) within a bucket."""
+        """P(L <= tokens) for each element's distribution (``rows``, broadcast against
+        ``tokens``), as ``LengthEstimate.cdf`` computes it: linear in log(tokens)
+        within a bucket."""
         # log2 of at least 1 is at least 0: only the top needs a clip (np.clip's own
         # wrapper cost as much as the rest of this on the hot path).
         pos = np.minimum(np.log2(np.maximum(tokens, 1.0)) * BUCKETS_PER_DOUBLING, _TOP)
         low = np.minimum(pos.astype(np.int64), int(_TOP) - 1)
         frac = pos - low
-        table = self.table
-        start = table[rows, low]
-        out: np.ndarray = start + frac * (table[rows, low + 1] - start)
+        flat = self.table.ravel()  # a view: one flat index serves both edges
+        at = rows * self.table.shape[1] + low
+        start = flat.take(at)
+        out: np.ndarray = start + frac * (flat.take(at + 1) - start)
         return out
 
 
@@ -102,6 +105,9 @@ class RunningSet:
         self._kids: dict[Hashable, list[int]] = {}
         self._kid_free: list[int] = []
         self._kid_keys: list[Hashable] = []  # id -> key
+        self._kids_moved = 0  # a distribution came into use or left it
+        self._by_kid = np.zeros(1, dtype=np.int64)  # id -> row, at ``refresh``
+        self._by_kid_at: tuple[int, int] | None = None  # (version, _kids_moved) then
         size = 0
         self.deadline = np.zeros(size)
         self.due = np.zeros(size)  # its deadline less its prefill still to come
@@ -175,6 +181,7 @@ class RunningSet:
                 kid = len(self._kid_keys)
                 self._kid_keys.append(key)
             hit = self._kids[key] = [kid, 0]
+            self._kids_moved += 1
         hit[1] += 1
         return hit[0]
 
@@ -203,6 +210,7 @@ class RunningSet:
             if not hit[1]:
                 del self._kids[key]
                 self._kid_free.append(kid)
+                self._kids_moved += 1
                 self.dists.forget(key)
         self._free.append(slot)
 
@@ -222,17 +230,25 @@ class RunningSet:
         return out
 
     def refresh(
-        self, live: np.ndarray, estimate: Callable[[Hashable], LengthEstimate | None]
+        self,
+        live: np.ndarray,
+        estimate: Callable[[Hashable], LengthEstimate | None],
+        version: int,
     ) -> None:
         """The current row of each ``live`` slot's distribution (``estimate(key)``; None:
         not learned, its length taken as certain) into ``row``: one pass per
-        distribution in use, not per slot. ``live``: a mask, or the slots' indices."""
-        by_kid = np.full(len(self._kid_keys) + 1, -1, dtype=np.int64)  # [-1]: certain
-        for key, (kid, _) in self._kids.items():
-            est = estimate(key)
-            if est is not None:
-                by_kid[kid] = self.dists.row(key, est)
-        self.row = by_kid[self.kid[live]]
+        distribution in use, not per slot, and none while neither the distributions
+        (``version``) nor those in use changed. ``live``: a mask, or the slots'
+        indices."""
+        state = (version, self._kids_moved)
+        if self._by_kid_at != state:
+            by_kid = np.full(len(self._kid_keys) + 1, -1, dtype=np.int64)  # [-1]: certain
+            for key, (kid, _) in self._kids.items():
+                est = estimate(key)
+                if est is not None:
+                    by_kid[kid] = self.dists.row(key, est)
+            self._by_kid, self._by_kid_at = by_kid, state
+        self.row = self._by_kid[self.kid[live]]
 
     def _grow(self) -> None:
         size = len(self.live)
@@ -257,32 +273,58 @@ class RunningSet:
         rows = self.row
         limit = self.limit[live]
         certain = rows < 0
+        if not certain.any():  # every one follows a distribution: no masks
+            return self._spread_chances(rows, made, limit, budgets, sigma)
         out = np.zeros_like(budgets)
-        if certain.any():
-            rest = np.minimum(
-                np.maximum(self.tokens[live][certain] - made[certain], 1.0),
-                np.maximum(limit[certain] - made[certain], 0.0),
-            )
-            with np.errstate(divide="ignore"):
-                z = np.log(np.maximum(budgets[:, certain], 1e-300) / np.maximum(rest, 1e-9))
-            out[:, certain] = np.where(rest <= 0.0, 1.0, normal_cdf(z / max(sigma, 1e-6)))
+        rest = np.minimum(
+            np.maximum(self.tokens[live][certain] - made[certain], 1.0),
+            np.maximum(limit[certain] - made[certain], 0.0),
+        )
+        with np.errstate(divide="ignore"):
+            z = np.log(np.maximum(budgets[:, certain], 1e-300) / np.maximum(rest, 1e-9))
+        out[:, certain] = np.where(rest <= 0.0, 1.0, normal_cdf(z / max(sigma, 1e-6)))
         spread = ~certain
         if spread.any():
-            r, m, lim = rows[spread], made[spread], limit[spread]
-            before = self.dists.cdf(r, m)
-            alive = 1.0 - before
-            dead = alive <= 1e-12
-            alive = np.where(dead, 1.0, alive)
-            # Every node of the quadrature at once (shape (nodes, k, n)): a pricing is a
-            # few dozen numpy calls whatever the count, and each call's overhead, not
-            # its arithmetic, is most of what it costs below a thousand running.
-            scales = np.array([math.exp(sigma * z) for z, _ in QUADRATURE])
-            reach = m + budgets[:, spread] * scales[:, None, None]
-            done = (self.dists.cdf(r, reach) - before) / alive
-            part = np.where((reach >= lim) | dead, 1.0, done)
-            (w0, w1, w2) = (w for _, w in QUADRATURE)
-            out[:, spread] = w0 * part[0] + w1 * part[1] + w2 * part[2]
+            out[:, spread] = self._spread_chances(
+                rows[spread], made[spread], limit[spread], budgets[:, spread], sigma
+            )
         return np.where(budgets > 0, out, 0.0)
+
+    def _spread_chances(
+        self,
+        rows: np.ndarray,
+        made: np.ndarray,
+        limit: np.ndarray,
+        budgets: np.ndarray,
+        sigma: float,
+    ) -> np.ndarray:
+        """``chances`` of slots that follow a distribution (``rows``): P(the rest is
+        made within each budget | made so far), over the speed's three quadrature
+        nodes. Every node and the length made so far in one lookup (shape (1 + nodes x
+        k, n)): a pricing is a few dozen numpy calls whatever the count, and each
+        call's overhead, not its arithmetic, is most of what it costs below a thousand
+        running."""
+        k, n = budgets.shape
+        reach = made + budgets * _scales(sigma)  # (nodes, k, n)
+        points = np.empty((1 + 3 * k, n))
+        points[0] = made
+        points[1:] = reach.reshape(3 * k, n)
+        cdf = self.dists.cdf(rows, points)
+        before = cdf[0]
+        alive = 1.0 - before
+        dead = alive <= 1e-12
+        alive = np.where(dead, 1.0, alive)
+        done = (cdf[1:].reshape(3, k, n) - before) / alive
+        part = np.where((reach >= limit) | dead, 1.0, done)
+        (w0, w1, w2) = (w for _, w in QUADRATURE)
+        out: np.ndarray = w0 * part[0] + w1 * part[1] + w2 * part[2]
+        return np.where(budgets > 0, out, 0.0)
+
+
+@functools.lru_cache(maxsize=8)  # the spread moves at every finish: the last few
+def _scales(sigma: float) -> np.ndarray:
+    """The speed's factor at each quadrature node (shape (nodes, 1, 1))."""
+    return np.array([math.exp(sigma * z) for z, _ in QUADRATURE])[:, None, None]
 
 
 class _Sums:

@@ -134,7 +134,10 @@ class SpeedModel:
     def predicted_speed(self, load: float) -> float:
         """f(L), calibrated: what one request is expected to get at load L of its own
         (with what runs there from elsewhere)."""
-        return self.calibration * float(self._speed(max(1.0, load + self._elsewhere)))
+        at = load + self._elsewhere
+        if type(at) is int:  # the load itself, as every decision asks: cached
+            return self.calibration * self._f(at)
+        return self.calibration * float(self._speed(max(1.0, at)))
 
     def set_elsewhere(self, seen: int, headroom: int, now: float) -> None:
         """The backend also runs ``seen`` sequences that this scheduler did not admit
