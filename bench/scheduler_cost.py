@@ -14,11 +14,13 @@ calibration) and one more arrives (``offer``), so learning runs throughout.
 
 Prints, per queue size, p50 / p99 / max of one ``poll`` in microseconds for the
 default policy (closed-loop), the previous default (mean) and the paper's rule,
-measured in the same run: the paper's is the baseline the ratio is taken against.
+measured in the same run: the paper's is the baseline the ratio is taken against. Each
+figure is the median of ``--repeat`` runs.
 Then a poll half a round later with nothing reported between ("unchanged": a pool
 polls every backend at each event, and the scheduler's timer polls when nothing
 happened), and the events: a finish (``finish``) and an arrival (``offer``, whose own
-``poll`` searches the changed queue afresh and prices the running requests).
+``poll`` searches the changed queue afresh and prices the running requests). Last, the
+default's finish and arrival at each running count over its own at the fewest.
 """
 
 from __future__ import annotations
@@ -44,24 +46,45 @@ running, where this curve gives each 0.12 tokens/s, it holds some even so: each 
 admitted when the scheduler next wakes (``build``)."""
 
 
-def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float, dict[str, float]]:
+class TokenClock:
+    """Tokens one request has made since the start at f(L) of the load that held: each
+    running request reports what it made since its admission by this clock, as the
+    engine the speed model describes would stream them (a request admitted while few
+    ran made its first tokens fast), so the calibration stays at 1 and a finish times
+    the scheduler's bookkeeping, not a refit of the calibration."""
+
+    def __init__(self) -> None:
+        self.tokens, self.at = 0.0, 0.0
+
+    def advance(self, now: float, load: int) -> float:
+        self.tokens += USL(max(load, 1)) * (now - self.at) if load else 0.0
+        self.at = now
+        return self.tokens
+
+
+def build(
+    policy: Policy, running: int, waiting: int
+) -> tuple[Scheduler, float, dict[str, float], TokenClock]:
     """``running`` requests admitted one after the other, then ``waiting`` that can never
-    be admitted; returns the scheduler, the time the last of them arrived, and when each
-    running request was admitted."""
+    be admitted; returns the scheduler, the time the last of them arrived, the token
+    clock at each running request's admission, and the clock."""
     tasks = benchmark_tasks()
     sched = Scheduler(USL, policy, tasks=tasks, seed=0)
     names = sorted(t for t in tasks if t != "code_completion")  # useful for a minute or more
     at = 0.0
     admitted: dict[str, float] = {}
+    clock = TokenClock()
     for i in range(running):  # each needs 10 tokens in 10,000 s: admitted on arrival
         sched.offer(SchedRequest(f"run{i}", names[i % len(names)], at, at + 1e4, 10, cap=1000), at)
         while sched.load <= i:  # held for the arrivals to come: admitted at a wake-up
             wake = sched.next_wakeup()
             assert wake is not None and wake < 1e4, f"run{i} would never be admitted"
+            clock.advance(max(at, wake), sched.load)
             at = max(at, wake)
             sched.poll(at)
-        admitted[f"run{i}"] = at
+        admitted[f"run{i}"] = clock.advance(at, i)
         at += SPACING_S
+        clock.advance(at, sched.load)
     assert sched.load == running
     start = at
     f_next = sched.predicted_speed(running + 1)
@@ -80,7 +103,7 @@ def build(policy: Policy, running: int, waiting: int) -> tuple[Scheduler, float,
         )  # fmt: skip
         sched.offer(req, start)
     assert sched.queued() == waiting and sched.load == running
-    return sched, start, admitted
+    return sched, start, admitted, clock
 
 
 EVENT_EVERY = 10
@@ -96,23 +119,23 @@ def measure(
     policy: Policy, running_count: int, waiting: int, rounds: int
 ) -> dict[str, list[float]]:
     """Microseconds per ``poll``, per unchanged poll, per finish and per arrival."""
-    sched, now, started = build(policy, running_count, waiting)
+    sched, now, started, clock = build(policy, running_count, waiting)
     times: list[float] = []
     unchanged: list[float] = []
     finishes: list[float] = []
     arrivals_us: list[float] = []
     tick = TICK_S
     running = [f"run{i}" for i in range(running_count)]
-    speed = USL(running_count)  # each running request makes tokens as fast as f(L) predicts
     arrivals = waiting
     gc.collect()
     gc.disable()
     try:
         for k in range(rounds):
             now += tick
+            made = clock.advance(now, sched.load)
             for j in range(8):  # a few frames arrived since the last round
                 rid = running[(k * 8 + j) % len(running)]
-                sched.progress(rid, int(speed * (now - started[rid])), now)
+                sched.progress(rid, int(made - started[rid]), now)
             # A finish and an arrival every EVENT_EVERY rounds, while half the running
             # remain (the paper's window may leave the arrival behind the front of the
             # queue).
@@ -120,7 +143,7 @@ def measure(
                 done = running.pop(0)
                 new = f"run-new{k}"
                 start = time.perf_counter_ns()
-                sched.finish(done, now, max(int(speed * (now - started.pop(done))), 1))
+                sched.finish(done, now, max(int(made - started.pop(done)), 1))
                 mid = time.perf_counter_ns()
                 sched.offer(SchedRequest(new, "code_qna", now, now + 1e4, 10, cap=256), now)
                 end = time.perf_counter_ns()
@@ -128,7 +151,7 @@ def measure(
                 arrivals_us.append((end - mid) / 1000)
                 if sched.is_running(new):
                     running.append(new)
-                    started[new] = now
+                    started[new] = made
                 arrivals += 1
             start = time.perf_counter_ns()
             sched.poll(now)
@@ -141,35 +164,76 @@ def measure(
     return dict(zip(PARTS, (times, unchanged, finishes, arrivals_us), strict=True))
 
 
+def summarize(parts: dict[str, list[float]]) -> dict[str, float]:
+    """p50 and p99 of each part (``poll p50``, ``poll p99``, ...), and the poll's max."""
+    out = {}
+    for part in PARTS:
+        xs = sorted(parts[part])
+        out[f"{part} p50"], out[f"{part} p99"] = statistics.median(xs), pct(xs, 0.99)
+    out["poll max"] = max(parts["poll"])
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3000)
     parser.add_argument("--running", default=",".join(map(str, RUNNING)))
     parser.add_argument("--waiting", default=",".join(map(str, SIZES)))
+    parser.add_argument(
+        "--repeat", type=int, default=3,
+        help="runs of each cell, one policy after the other; each figure is the median "
+        "of its runs' (this machine's timings move by a third from run to run)",
+    )  # fmt: skip
     args = parser.parse_args()
     policies = {name: Policy.named(name) for name in ("closed-loop", "mean", "paper")}
-    print(f"one poll per round, {args.rounds} rounds; microseconds")
+    print(f"one poll per round, {args.rounds} rounds, median of {args.repeat} runs; microseconds")
     print(
         "| running | waiting | policy | poll p50 | p99 | max | p99 / paper's "
         "| unchanged p50 | p99 | finish p50 | p99 | arrival p50 | p99 | p99 / paper's |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     cells = [(int(r), int(w)) for r in args.running.split(",") for w in args.waiting.split(",")]
+    default: dict[tuple[int, int], dict[str, float]] = {}
     for running, waiting in cells:
-        runs = {name: measure(p, running, waiting, args.rounds) for name, p in policies.items()}
-        base = {part: pct(sorted(xs), 0.99) for part, xs in runs["paper"].items()}
-        for name, parts in runs.items():
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in policies}
+        for _ in range(args.repeat):
+            for name, policy in policies.items():
+                runs[name].append(summarize(measure(policy, running, waiting, args.rounds)))
+        med = {
+            name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+            for name, rs in runs.items()
+        }
+        default[running, waiting] = med["closed-loop"]
+        base = med["paper"]
+        for name, m in med.items():
             label = "default (closed-loop)" if name == "closed-loop" else name
-            polls, same, done, came = (sorted(parts[k]) for k in PARTS)
             print(
-                f"| {running:,} | {waiting:,} | {label} | {statistics.median(polls):.1f} "
-                f"| {pct(polls, 0.99):.1f} | {polls[-1]:.0f} "
-                f"| {pct(polls, 0.99) / base['poll']:.2f} "
-                f"| {statistics.median(same):.1f} | {pct(same, 0.99):.1f} "
-                f"| {statistics.median(done):.0f} | {pct(done, 0.99):.0f} "
-                f"| {statistics.median(came):.0f} | {pct(came, 0.99):.0f} "
-                f"| {pct(came, 0.99) / base['arrival']:.2f} |"
+                f"| {running:,} | {waiting:,} | {label} | {m['poll p50']:.1f} "
+                f"| {m['poll p99']:.1f} | {m['poll max']:.0f} "
+                f"| {m['poll p99'] / base['poll p99']:.2f} "
+                f"| {m['unchanged p50']:.1f} | {m['unchanged p99']:.1f} "
+                f"| {m['finish p50']:.0f} | {m['finish p99']:.0f} "
+                f"| {m['arrival p50']:.0f} | {m['arrival p99']:.0f} "
+                f"| {m['arrival p99'] / base['arrival p99']:.2f} |"
             )
+    growth(default)
+
+
+def growth(default: dict[tuple[int, int], dict[str, float]]) -> None:
+    """The default's finish and arrival at each running count over its own at the fewest
+    running, for the same queue: whether an event costs more as more runs."""
+    counts = sorted({r for r, _ in default})
+    if len(counts) < 2:
+        return
+    print(f"\ndefault, each event over its cost at {counts[0]:,} running (same queue):")
+    print("| running | waiting | finish p50 | p99 | arrival p50 | p99 |")
+    print("|---|---|---|---|---|---|")
+    for (running, waiting), m in default.items():
+        if running == counts[0]:
+            continue
+        low = default[counts[0], waiting]
+        ratios = (m[k] / low[k] for k in ("finish p50", "finish p99", "arrival p50", "arrival p99"))
+        print(f"| {running:,} | {waiting:,} | " + " | ".join(f"{x:.2f}" for x in ratios) + " |")
 
 
 def pct(xs: list[float], q: float) -> float:
