@@ -57,7 +57,7 @@ class TokenClock:
         self.tokens, self.at = 0.0, 0.0
 
     def advance(self, now: float, load: int) -> float:
-        self.tokens += USL(max(load, 1)) * (now - self.at) if load else 0.0
+        self.tokens += USL(load) * (now - self.at) if load else 0.0
         self.at = now
         return self.tokens
 
