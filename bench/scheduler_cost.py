@@ -72,7 +72,7 @@ def build(
     sched = Scheduler(USL, policy, tasks=tasks, seed=0)
     names = sorted(t for t in tasks if t != "code_completion")  # useful for a minute or more
     at = 0.0
-    admitted: dict[str, float] = {}
+    started: dict[str, float] = {}  # the token clock at each one's admission
     clock = TokenClock()
     for i in range(running):  # each needs 10 tokens in 10,000 s: admitted on arrival
         sched.offer(SchedRequest(f"run{i}", names[i % len(names)], at, at + 1e4, 10, cap=1000), at)
@@ -82,7 +82,7 @@ def build(
             clock.advance(max(at, wake), sched.load)
             at = max(at, wake)
             sched.poll(at)
-        admitted[f"run{i}"] = clock.advance(at, i)
+        started[f"run{i}"] = clock.advance(at, i)
         at += SPACING_S
         clock.advance(at, sched.load)
     assert sched.load == running
@@ -103,7 +103,7 @@ def build(
         )  # fmt: skip
         sched.offer(req, start)
     assert sched.queued() == waiting and sched.load == running
-    return sched, start, admitted, clock
+    return sched, start, started, clock
 
 
 EVENT_EVERY = 10
@@ -126,7 +126,6 @@ def measure(
     arrivals_us: list[float] = []
     tick = TICK_S
     running = [f"run{i}" for i in range(running_count)]
-    arrivals = waiting
     gc.collect()
     gc.disable()
     try:
@@ -152,7 +151,6 @@ def measure(
                 if sched.is_running(new):
                     running.append(new)
                     started[new] = made
-                arrivals += 1
             start = time.perf_counter_ns()
             sched.poll(now)
             times.append((time.perf_counter_ns() - start) / 1000)
