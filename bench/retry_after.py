@@ -16,6 +16,11 @@ over predicted time (p10, median, p90), and the share of clients that, retrying
 when told (the whole seconds of Retry-After, or the milliseconds of retry-after-ms,
 which the OpenAI SDKs and the AI SDK read first; the previous gateway sent only the
 former), find that a slot has freed in the meantime, and how long past it they waited.
+
+Then the rejections for a full queue alone: such a client finds room only once a
+request of its own task leaves the queue, which is what the gateway's Retry-After
+says for them (the k-th slot to free, ``Scheduler.slots_until_room``): the first slot's
+prediction against it, observed as the time until the task's queue had room.
 """
 
 from __future__ import annotations
@@ -29,7 +34,15 @@ from saber.bench._grid import benchmark_tasks
 from saber.config import DEFAULT_PROFILE_DIR, load_workloads
 from saber.engine import Engine, get_preset
 from saber.gateway.admission.driver import RETRY_AFTER_QUANTILE, retry_after
-from saber.scheduler import Action, Decision, Policy, SchedRequest, Scheduler, TaskLengths
+from saber.scheduler import (
+    Action,
+    Decision,
+    Outcome,
+    Policy,
+    SchedRequest,
+    Scheduler,
+    TaskLengths,
+)
 from saber.sim import simulate
 from saber.speed import load_profile
 from saber.workload import generate_phased_trace
@@ -52,6 +65,8 @@ class Probing:
     quantiles: tuple[float, ...]
     probes: list[Probe] = field(default_factory=list)
     open: list[Probe] = field(default_factory=list)
+    full: list[Probe] = field(default_factory=list)  # rejections for a full queue
+    unroomed: dict[str, list[Probe]] = field(default_factory=dict)  # by task, until room
 
     @property
     def lengths(self) -> TaskLengths:
@@ -84,6 +99,17 @@ class Probing:
             probe = Probe(now, predicted)  # type: ignore[arg-type]
             self.probes.append(probe)
             self.open.append(probe)
+        for d in decisions:
+            task = d.request.task
+            if d.outcome is Outcome.REJECTED_QUEUE_FULL and self.sched.load:
+                q, k = RETRY_AFTER_QUANTILE, self.sched.slots_until_room(task)
+                first, room = self.sched.time_to_free(now, q), self.sched.time_to_free(now, q, k)
+                probe = Probe(now, {"first slot": first, "room": room})  # type: ignore[dict-item]
+                self.full.append(probe)
+                self.unroomed.setdefault(task, []).append(probe)
+            elif d.action is not Action.DEMOTE:  # it left its queue: admitted or expired
+                for probe in self.unroomed.pop(task, []):
+                    probe.observed = now - probe.at
         return decisions
 
 
@@ -139,6 +165,7 @@ def main() -> None:
     workload = load_workloads()["W3"]
     speed = load_profile(DEFAULT_PROFILE_DIR / "saber-sim-paper.json").speed_model()
     probes: list[Probe] = []
+    full: list[Probe] = []
     policy = Policy.named("closed-loop", max_concurrency=args.cap, queue_cap=args.queue_cap)
     quantiles = tuple(float(q) for q in args.quantiles.split(","))
     for seed in range(args.seeds):
@@ -147,6 +174,7 @@ def main() -> None:
         engine = Engine(get_preset("paper"), max_num_seqs=256)
         simulate(trace, engine, tasks=tasks, scheduler=probing)
         probes += [p for p in probing.probes if p.observed is not None]
+        full += [p for p in probing.full if p.observed is not None]
     observed = [p.observed for p in probes if p.observed is not None]
     print(
         f"{len(probes)} rejections over {args.seeds} runs (W3, phases {PHASES} as (s, RPS); "
@@ -166,6 +194,20 @@ def main() -> None:
         )
         print(report(label, [p.predicted[name] for p in probes], observed, name == "previous"))
     assert all(math.isfinite(v) for p in probes for v in p.predicted.values())
+    if not full:
+        return
+    print(f"\n{len(full)} of them for a full queue: the time until its task's queue had room\n")
+    print(
+        "| prediction | observed / predicted p10 / p50 / p90 | predicted p50 s | "
+        "observed p50 s | room at Retry-After | at retry-after-ms | waited past it p50 s |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    room_observed = [p.observed for p in full if p.observed is not None]
+    for name, label in (
+        ("first slot", "the first slot to free (before)"),
+        ("room", "gateway: as many slots as wait ahead"),
+    ):
+        print(report(label, [p.predicted[name] for p in full], room_observed, False))
 
 
 if __name__ == "__main__":

@@ -226,6 +226,41 @@ async def test_retry_after_comes_from_live_progress_and_is_checked() -> None:
     assert len(seen) == 2  # each probe is answered by the first slot to free, once
 
 
+async def test_a_full_queue_says_when_its_own_turn_comes() -> None:
+    """Turned away because its task's queue is full, a client finds room only once its
+    task's waiting request is admitted, behind those due sooner: not at the first slot
+    to free."""
+    adm, loop, sched = make(speed=50.0, max_concurrency=3, queue_cap=1, order="deadline")
+    # End in 2, 4 and 6 s at 50 tok/s, each certain.
+    seen: list[tuple[float, float]] = []
+    adm.on_slot_free = lambda predicted, observed: seen.append((predicted, observed))
+    soonest, _ = offer(adm, task(tokens=100), 100)
+    second, _ = offer(adm, task(tokens=200), 200)
+    offer(adm, task(tokens=300), 300)
+    offer(adm, task("soon", sla=20.0, tokens=10), 10)
+    offer(adm, task("later", sla=50.0, tokens=10), 10)
+    _, turned = offer(adm, task("later", sla=50.0, tokens=10), 10)
+    assert turned.result().outcome is Outcome.REJECTED_QUEUE_FULL
+    assert sched.slots_until_room("later") == 2 and sched.slots_until_room("soon") == 1
+    first = adm.retry_after()
+    assert first == (3, pytest.approx(2250, rel=0.02))  # the first slot, at 2 s
+    assert adm.retry_after("soon") == first  # its own request is next
+    assert adm.retry_after("idle") == first  # none of its task waits: any slot
+    # "later" is admitted at the second slot, at 4 s: read at the grid time at or after.
+    seconds, ms = adm.retry_after("later")
+    assert seconds == 5 and 4250 <= ms <= 4250 + 0.09 * 4000
+    loop.advance(2.0)
+    seen.clear()
+    adm.leave(soonest, served=True, tokens=100)  # "soon" takes the slot that freed
+    assert sched.queued("soon") == 0 and sched.slots_until_room("later") == 1
+    # Probes answered: the first slot's, and "soon"'s, whose queue has room.
+    assert [(round(p, 1), round(o, 1)) for p, o in seen] == [(2.0, 2.0)] * 2
+    seen.clear()
+    loop.advance(2.0)
+    adm.leave(second, served=True, tokens=200)  # and "later" the next one
+    assert [round(o, 1) for _, o in seen] == [4.0] and 4.0 <= seen[0][0] <= 4.36
+
+
 async def test_real_loop_timer_fires() -> None:
     t = task(sla=0.1, tokens=50, useful=0.15)
     sched = Scheduler(flat(1000.0), Policy(max_concurrency=1), tasks=[t], seed=0)

@@ -93,7 +93,7 @@ def previous_retry_after(gw: RunningGateway) -> Any:
     seconds within 1..120."""
     adm = gw.gateway.admission
 
-    def retry_after() -> tuple[int, int]:
+    def retry_after(full: str | None = None) -> tuple[int, int]:
         sched = gw.gateway.scheduler
         running = sched.running()
         if not running:

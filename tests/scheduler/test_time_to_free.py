@@ -18,6 +18,7 @@ from saber.scheduler import (
     Policy,
     SchedRequest,
     Scheduler,
+    Tier,
     request_for,
 )
 from saber.sim import simulate
@@ -113,6 +114,58 @@ def test_survival_agrees_with_the_expected_remainder() -> None:
         assert alive.sum() == pytest.approx(est.remaining(made), abs=1.0)  # E[R] = sum P(R > m)
     capped = est.survival(np.array(40), np.array(60), more)
     assert capped[20] == 0.0  # 40 made, at most 60: never more than 20 left
+
+
+def test_several_slots_free_in_turn() -> None:
+    s = Scheduler(flat(100.0), Policy())
+    for rid, tokens in (("a", 300), ("b", 100), ("c", 200)):  # 3, 1 and 2 s, certain
+        s.offer(req(rid, tokens), 0.0)
+    assert s.time_to_free(0.0, 0.8) == pytest.approx(1.0, rel=0.02)
+    # The k-th end, read at the grid time at or after it: never early, at most 9% late.
+    for k, end in ((2, 2.0), (3, 3.0), (5, 3.0)):  # more slots than run: all of them
+        assert end <= s.time_to_free(0.0, 0.8, k) <= 1.09 * end
+
+
+def test_how_many_have_ended_counts_each_ones_chance() -> None:
+    """With learned lengths, each running request ends by a time with its own chance:
+    the time by which k of them have, read against the same chances drawn."""
+    rng = np.random.default_rng(3)
+    s = Scheduler(flat(100.0), Policy(learn_lengths=True), tasks=[task(mean=150)])
+    for n in rng.lognormal(np.log(150.0), 0.6, 3000):
+        s.lengths.observe("t", int(n) + 1)
+    for i, pace in enumerate((40.0, 50.0, 60.0, 45.0, 55.0, 35.0)):
+        s.offer(SchedRequest(f"r{i}", "t", 0.0, 100.0, 150, cap=4096), 0.0)
+        stream(s, f"r{i}", 0.0, pace, 2.0)
+    now, more = 2.0, np.arange(0.0, 5000.0)
+    ends = []  # 20,000 draws of each one's end: its tokens left drawn from its survival
+    for r in s.running():
+        made = float(r.generated or 0)
+        alive = s.lengths.estimate("t", r.dist).survival(np.array(made), np.array(4096.0), more)
+        pace = s._pace(r, now)
+        assert pace is not None
+        ends.append(np.interp(rng.random(20_000), alive[::-1], more[::-1]) / pace)
+    drawn = np.sort(np.array(ends), axis=0)  # each draw's k-th end, per k
+    times = [s.time_to_free(now, 0.8, k) for k in range(1, 7)]
+    assert times == sorted(times)
+    for k, t in enumerate(times, start=1):
+        assert t is not None
+        # k = 1 interpolated between grid times: about 0.8; past it, the first grid time
+        # (9% apart) by which k have ended with chance 0.8.
+        assert 0.77 <= float(np.mean(drawn[k - 1] <= t)) <= (0.83 if k == 1 else 0.9)
+        assert float(np.mean(drawn[k - 1] <= t / 1.09)) <= 0.82
+
+
+def test_a_full_queue_has_room_behind_the_requests_due_sooner() -> None:
+    s = Scheduler(flat(100.0), Policy(max_concurrency=1, order="deadline"))
+    s.offer(req("run", 1000), 0.0)
+    for rid, name, due in (("a", "a", 10.0), ("b1", "b", 5.0), ("b2", "b", 20.0), ("c", "c", 1.0)):
+        s.offer(SchedRequest(rid, name, 0.0, due, 10), 0.0)
+    assert s.queued() == 4
+    assert [s.slots_until_room(t) for t in ("c", "b", "a", "none")] == [1, 2, 3, 1]
+    # Demoted (it cannot make its deadline even alone): behind every HPQ request.
+    s.offer(SchedRequest("late", "d", 0.0, 0.01, 5000), 0.0)
+    assert s.queued("d", Tier.LOW) == 1
+    assert s.slots_until_room("d") == 5
 
 
 class Probing:

@@ -15,14 +15,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from saber.scheduler._freeing import Ends, first_free, kth_free
 from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import MAX_TOKENS, Action, Decision, Outcome, SchedRequest, Tier
 from saber.scheduler._running import RunningSet
 from saber.scheduler._speed_model import SpeedModel
 from saber.scheduler.lengths._task_lengths import Dist
 
-_FREE_GRID = np.concatenate(([0.0], np.geomspace(0.005, 3600.0, 160)))
-"""The times (s) at which ``time_to_free`` weighs the chance that a slot has freed."""
 PACE_MIN_TOKENS = 8
 PACE_MIN_S = 0.2
 """A streaming request's own pace is trusted from this many tokens and seconds on."""
@@ -180,9 +179,9 @@ class Bookkeeping(SpeedModel):
 
     # -- when a slot frees -----------------------------------------------
 
-    def time_to_free(self, now: float, q: float = 0.5) -> float | None:
-        """Seconds from ``now`` by which a running request has finished and freed its
-        slot, with probability ``q``; None when nothing runs.
+    def time_to_free(self, now: float, q: float = 0.5, slots: int = 1) -> float | None:
+        """Seconds from ``now`` by which ``slots`` running requests have finished and
+        freed theirs, with probability ``q``; None when nothing runs.
 
         Each running request still has tokens to make: how many is uncertain, given
         what it has made so far (learned lengths: the distribution whose mean is
@@ -190,8 +189,8 @@ class Bookkeeping(SpeedModel):
         one), and it makes them at its own pace since its first token when it
         streams, else at f(L), with what it has made read off the token clock. The
         first slot frees when the soonest of them ends: the ``q``-quantile of that
-        minimum. Without learned lengths, each request's expected remainder is
-        taken as certain.
+        minimum (``saber.scheduler._freeing``). Without learned lengths, each
+        request's expected remainder is taken as certain.
         """
         if not self._running:
             return None
@@ -205,30 +204,27 @@ class Bookkeeping(SpeedModel):
                 made = float(max(int(self._made(req, now)), 0))
                 pace = speed
             cap = float(req.cap) if req.cap else float(MAX_TOKENS)
-            left = self.lengths.remaining(req.task, int(made), req.cap, req.tokens, req.dist)
-            by_dist.setdefault((req.task, req.dist), []).append((made, cap, pace, left))
-        certain = np.inf  # the soonest certain end: a remainder taken as certain, or a cap
-        alive = np.ones_like(_FREE_GRID)  # P(no uncertain one has ended by each grid time)
+            by_dist.setdefault((req.task, req.dist), []).append((made, cap, pace, req.tokens))
+        groups = []
         for (task, dist), rows in by_dist.items():
-            arr = np.array(rows, dtype=float)
-            made_a, cap_a, pace_a, left_a = (arr[:, i : i + 1] for i in range(4))
-            est = self.lengths.estimate(task, dist)
-            if est is None:
-                certain = min(certain, float(np.min(np.maximum(left_a, 0.0) / pace_a)))
-            else:
-                alive *= np.prod(est.survival(made_a, cap_a, _FREE_GRID * pace_a), axis=0)
-                # It has ended by its cap at the latest.
-                certain = min(certain, float(np.min((cap_a - made_a) / pace_a)))
-        crossed = np.flatnonzero(alive <= 1.0 - q)
-        if not crossed.size:
-            return min(certain, float(_FREE_GRID[-1]))
-        k = int(crossed[0])
-        if k == 0:
-            return min(certain, float(_FREE_GRID[0]))
-        # Linear between the two grid times around the crossing.
-        t0, t1, a0, a1 = _FREE_GRID[k - 1], _FREE_GRID[k], alive[k - 1], alive[k]
-        frac = (a0 - (1.0 - q)) / (a0 - a1) if a0 > a1 else 1.0
-        return min(certain, float(t0 + frac * (t1 - t0)))
+            made_a, cap_a, pace_a, tokens = np.array(rows, dtype=float).T
+            left = np.maximum(tokens - made_a, 1.0)  # without a distribution
+            groups.append(Ends(self.lengths.estimate(task, dist), made_a, cap_a, pace_a, left))
+        return first_free(groups, q) if slots <= 1 else kth_free(groups, q, slots)
+
+    def slots_until_room(self, task: str) -> int:
+        """How many slots must free before a request of ``task`` leaves its queue (and
+        a full queue has room): its most urgent waiting one is admitted behind the HPQ
+        requests due sooner; only demoted ones waiting, behind all of the HPQ and the
+        older demoted ones."""
+        ahead = self._hpq.ahead_of(task)
+        if ahead is None:
+            first = self._lpq.oldest_of(task)
+            if first is None:
+                return 1
+            key = (first.arrival, first.id)
+            ahead = len(self._hpq) + sum((r.arrival, r.id) < key for r in self._lpq)
+        return ahead + 1
 
     @staticmethod
     def _pace(req: SchedRequest, now: float) -> float | None:

@@ -85,6 +85,19 @@ class TaskQueues:
                 best = (deadlines[i], ids[i])
         return None if best is None else self.get(best[1])
 
+    def ahead_of(self, task: str) -> int | None:
+        """How many waiting requests are due before ``task``'s most urgent one; None
+        when none of ``task`` waits."""
+        queue = self._by_task.get(task)
+        if not queue:
+            return None
+        due = min(r.due for r in queue.values())
+        return sum(bisect.bisect_left(deadlines, due) for deadlines, _ in self._groups.values())
+
+    def oldest_of(self, task: str) -> SchedRequest | None:
+        queue = self._by_task.get(task)
+        return next(iter(queue.values())) if queue else None
+
     def latest_of_each_kind(self) -> Iterator[SchedRequest]:
         """The request with the latest deadline of each kind."""
         for _, ids in self._groups.values():

@@ -31,9 +31,9 @@ RETRY_AFTER_MAX_S = 59
 and falls back to its own 2 s and 4 s otherwise; openai-python up to 120 s."""
 RETRY_AFTER_QUANTILE = 0.8
 """Retry-After is when a slot has freed with this chance (``Scheduler.time_to_free``).
-Measured in virtual time (bench/retry_after.py, with the margin below): 87-99% of
-clients retrying at retry-after-ms find a slot freed, a median of 0.3-1.3 s after it
-did; the median prediction (0.5) is about right, observed over predicted 0.96-1.06 at
+Measured in virtual time (bench/retry_after.py, with the margin below): 87-96% of
+clients retrying at retry-after-ms find a slot freed, a median of 0.5-1.3 s after it
+did; the median prediction (0.5) is about right, observed over predicted 0.94-1.01 at
 the median with 2 or 4 slots."""
 RETRY_AFTER_MARGIN_S = 0.25
 """Added to the prediction: the slot's last token still has to reach the gateway, and
@@ -90,6 +90,10 @@ class Admission:
         self.on_slot_free = on_slot_free
         self._probes: list[tuple[float, float]] = []  # (when, predicted) since the last
         self._last_prediction: tuple[float, float] | None = None  # (when, seconds)
+        self._last_room: dict[str, tuple[float, float]] = {}  # task -> (when, seconds)
+        # task -> (when, predicted) of each Retry-After for its full queue since it last
+        # had room
+        self._room_probes: dict[str, list[tuple[float, float]]] = {}
         self._loop = loop or asyncio.get_running_loop()
         self._requests: dict[str, SchedRequest] = {}  # offered, not yet gone
         self._waiting: dict[str, asyncio.Future[Decision]] = {}  # queued: ADMIT or REJECT
@@ -161,6 +165,8 @@ class Admission:
             if self.on_finish is not None:
                 self.on_finish()
         elif running or sched.is_queued(req.id):
+            if not running:
+                self._room_made(req.task, now)
             call, outcome = "cancel", sched.cancel(req.id, now)
         else:
             return None
@@ -208,6 +214,7 @@ class Admission:
         learns how long it really was."""
         probes, self._probes = self._probes, []
         self._last_prediction = None  # a slot freed: predict afresh
+        self._last_room.clear()
         if self.on_slot_free is None:
             return
         for at, predicted in probes:
@@ -215,6 +222,18 @@ class Admission:
                 self.on_slot_free(predicted, now - at)
             except Exception:
                 log.exception("observing a Retry-After failed")
+
+    def _room_made(self, task: str, now: float) -> None:
+        """A request of ``task`` left its queue: every Retry-After given since for its
+        full queue learns how long it really was."""
+        probes = self._room_probes.pop(task, None)
+        self._last_room.pop(task, None)
+        if probes and self.on_slot_free is not None:
+            for at, predicted in probes:
+                try:
+                    self.on_slot_free(predicted, now - at)
+                except Exception:
+                    log.exception("observing a Retry-After failed")
 
     def _after_leaving(self, call: str, now: float, req_id: str) -> None:
         if self.trace is not None:
@@ -239,6 +258,8 @@ class Admission:
         """One decision: the request's future learns it. If applying it fails, the
         future carries the error instead, so that its own request ends, not another."""
         future = None if d.action is Action.DEMOTE else self._waiting.pop(d.request.id, None)
+        if d.action is not Action.DEMOTE and d.outcome is not Outcome.REJECTED_QUEUE_FULL:
+            self._room_made(d.request.task, d.at)  # it left its queue (admitted, expired)
         try:
             if self.on_decision is not None:
                 self.on_decision(d)
@@ -283,13 +304,20 @@ class Admission:
         """Requests offered and not yet gone: queued or running."""
         return len(self._requests)
 
-    def retry_after(self) -> tuple[int, int]:
+    def retry_after(self, full: str | None = None) -> tuple[int, int]:
         """When a client turned away now should come back: a slot is predicted to free
         in ``Scheduler.time_to_free`` seconds (running requests' live progress and
         expected remaining tokens). Returns (Retry-After in whole seconds,
         retry-after-ms); see ``retry_after``. Each answer is a probe that the next
-        slot to free resolves (``on_slot_free``): the check of the prediction."""
+        slot to free resolves (``on_slot_free``): the check of the prediction.
+
+        ``full``: the client's task, whose queue was full. Its queue has room only once
+        one of its own waiting requests is admitted, behind those due sooner: after
+        as many slots have freed (``Pool.time_to_room``), not the first; its probe is
+        answered when a request of that task next leaves its queue."""
         now = self.now()
+        if full is not None:
+            return retry_after(self._time_to_room(full, now))
         last = self._last_prediction
         if last is not None and now - last[0] < RETRY_AFTER_REUSE_S and self.pool.load:
             predicted: float | None = max(last[1] - (now - last[0]), 0.0)
@@ -301,3 +329,19 @@ class Admission:
                 self._probes.pop(0)
             self._probes.append((now, predicted))
         return retry_after(predicted)
+
+    def _time_to_room(self, task: str, now: float) -> float | None:
+        """``Pool.time_to_room``, reused as the first slot's prediction is."""
+        last = self._last_room.get(task)
+        if last is not None and now - last[0] < RETRY_AFTER_REUSE_S and self.pool.load:
+            predicted: float | None = max(last[1] - (now - last[0]), 0.0)
+        else:
+            predicted = self.pool.time_to_room(task, now, RETRY_AFTER_QUANTILE)
+            if predicted is not None:
+                self._last_room[task] = (now, predicted)
+        if predicted is not None:
+            probes = self._room_probes.setdefault(task, [])
+            if len(probes) >= MAX_PROBES:
+                probes.pop(0)
+            probes.append((now, predicted))
+        return predicted

@@ -184,8 +184,9 @@ class Exchange(Response):
         return future.result()
 
     def _rejection(self, outcome: Outcome) -> Ending:
-        seconds, ms = self.gw.admission.retry_after()
         task = self.flow.task_name
+        full = task if outcome is Outcome.REJECTED_QUEUE_FULL else None
+        seconds, ms = self.gw.admission.retry_after(full)
         when = f"retry in about {_seconds(ms)}"
         if outcome is Outcome.REJECTED_QUEUE_FULL:
             message = f"the queue for task type {task} is full; {when}"

@@ -240,8 +240,9 @@ class GatewayMetrics:
         self.retry_after = Histogram(
             "saber_retry_after_observed_over_predicted",
             "Per request turned away with a Retry-After: the time until a running request "
-            "really freed its slot, over the time predicted. The prediction is the time by "
-            "which a slot has freed with a chance of 0.8: about 80% of observations fall "
+            "really freed its slot (its task's queue full: until a request of that task "
+            "left the queue), over the time predicted. The prediction is the time by "
+            "which that has happened with a chance of 0.8: about 80% of observations fall "
             "at or below 1.",
             buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0),
             registry=r,

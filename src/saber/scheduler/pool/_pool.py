@@ -254,6 +254,17 @@ class Pool:
         ]
         return min(times) if times else None
 
+    def time_to_room(self, task: str, now: float, q: float = 0.5) -> float | None:
+        """Seconds until a backend's queue for ``task`` has room, with chance at least
+        ``q``: the soonest of the backends', each when as many slots have freed there as
+        a request of ``task`` waits behind (``Scheduler.slots_until_room``)."""
+        times = [
+            t
+            for b in self.backends
+            if not b.paused and (t := b.time_to_free(now, q, b.slots_until_room(task))) is not None
+        ]
+        return min(times) if times else None
+
     @property
     def load(self) -> int:
         return sum(b.load for b in self.backends)
