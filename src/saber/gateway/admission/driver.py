@@ -25,7 +25,7 @@ log = logging.getLogger(GATEWAY_LOGGER)
 MAX_PROBES = 1024
 RETRY_AFTER_REUSE_S = 0.1
 """A prediction is reused, less the time gone by, for this long: a flood of refusals
-costs one computation (about 1 ms at 256 running) per this many seconds."""
+costs one computation (about 2 ms at 256 running, 10 ms at 1,024) per this many seconds."""
 RETRY_AFTER_MAX_S = 59
 """The longest wait advised: the AI SDK (Cline) honours a Retry-After only below 60 s
 and falls back to its own 2 s and 4 s otherwise; openai-python up to 120 s."""
