@@ -131,3 +131,15 @@ def test_reasoning_and_tool_calls_are_generated_tokens() -> None:
     ):
         meter.process(chunk({"choices": [{"index": 0, "delta": delta}]}))
     assert meter.first_token and meter.tokens == 3
+
+
+def test_a_chunk_json_reads_but_strict_parsers_refuse_is_counted_all_the_same() -> None:
+    """A logprob of -Infinity (Python's json writes it, a strict parser refuses it):
+    the chunk is still counted, and passes as it came; a chunk that is not JSON passes
+    uncounted."""
+    meter = StreamMeter(want_usage=False)
+    infinite = b'data: {"choices":[{"index":0,"delta":{"content":"a"},"logprobs":-Infinity}]}'
+    assert meter.process(infinite) == infinite
+    broken = b'data: {"choices":[{"index":0,"delta":{"content":"b"}'
+    assert meter.process(broken) == broken
+    assert meter.chunks == 1

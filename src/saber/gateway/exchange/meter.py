@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
+
 from saber import wire
 
 
@@ -60,9 +62,12 @@ class StreamMeter:
             self.done = True
             return event
         try:
-            obj = json.loads(data.decode())  # a str: json skips its encoding detection
-        except ValueError:
-            return event
+            obj = orjson.loads(data)  # a quarter of json's time, on every chunk
+        except orjson.JSONDecodeError:
+            try:  # NaN or Infinity, which Python's json reads and orjson does not
+                obj = json.loads(data.decode())
+            except ValueError:
+                return event
         if not isinstance(obj, dict):
             return event
         if "error" in obj:
