@@ -154,13 +154,37 @@ def full_pricing(sched: Scheduler, now: float) -> np.ndarray:
 
 
 def test_a_pricing_of_at_most_64_running_is_exact_every_round():
-    sched, now = running_scheduler(PRICED_PER_ROUND)
+    sched, _ = running_scheduler(PRICED_PER_ROUND)
+    now = 59.0  # the first task's answers are due within a second: they can be late
     for k in range(5):
-        now += 0.5
+        now += 0.1
         sched.progress(f"r{k}", 40, now)
         exposure = sched._exposure(now, 1)
         assert exposure is not None
-        assert np.array_equal(exposure.lost, full_pricing(sched, now))
+        fresh = full_pricing(sched, now)
+        assert fresh.max() > 0.0 and np.array_equal(exposure.lost, fresh)
+
+
+def test_running_requests_that_reach_their_caps_in_time_cost_nothing():
+    """Every running request makes its cap before its deadline even at f(L + 1) and the
+    speed's slowest node: its chance is the same with one more, and the pricing says
+    so without computing it (``RunningSet.beyond_reach``)."""
+    sched, now = running_scheduler(PRICED_PER_ROUND)
+    run = sched._live
+    slots = np.flatnonzero(run.live & run.e2e)
+    v0, v1 = sched.predicted_speed(sched.load), sched.predicted_speed(sched.load + 1)
+    run.refresh(slots, sched._estimate_of, sched.lengths.version)
+    made = np.zeros(slots.size)
+    for at, reach in ((now, True), (59.1, False)):  # near the first task's deadlines: no
+        budgets = [v0 * (run.due[slots] - at), v1 * (run.due[slots] - at)]
+        assert run.beyond_reach(slots, made, budgets, sched._cal.sigma) is reach
+    budgets = [v0 * (run.due[slots] - now), v1 * (run.due[slots] - now)]
+    chances = run.chances(slots, made, np.stack(budgets), sched._cal.sigma)
+    assert np.array_equal(chances[0], chances[1])  # computed in full: exactly no loss
+    assert sched._exposure(now, 1) is None  # and the pricing finds it
+    sched.progress("r0", 40, 59.1)
+    exposure = sched._exposure(59.1, 1)
+    assert exposure is not None and exposure.lost.max() > 0.0
 
 
 def test_a_pricing_of_many_running_catches_up_within_its_rounds():
@@ -169,7 +193,9 @@ def test_a_pricing_of_many_running_catches_up_within_its_rounds():
     that reports progress is priced afresh within that many rounds."""
     count = 4 * PRICED_PER_ROUND
     sched, now = running_scheduler(count)
-    assert sched._exposure(now, 1) is not None  # every one never priced: all priced now
+    # Every one never priced: all priced now, each at no cost (far from its deadline).
+    assert sched._exposure(now, 1) is None
+    assert not np.isnan(sched._live.priced_at[sched._live.live]).any()
     now = 59.0  # the first task's answers are due within a second: they can be late
     for r in range(count):
         sched.progress(f"r{r}", 1, now)

@@ -242,8 +242,11 @@ class Costs(Bookkeeping):
             losts.append(pace[0])
             lefts.append(pace[1])
             slopes.append(np.zeros_like(pace[0]))  # a prefill's pause barely moves a mean pace
+        lost_all = np.concatenate(losts)
+        if not (lost_all.any() or (prefill and any(s.any() for s in slopes))):
+            return None  # it costs them nothing: as if none ran (``_cost``)
         others = (self._load + self._seen_elsewhere) / self._load
-        lost_all, left = np.concatenate(losts) * others, np.concatenate(lefts)
+        lost_all, left = lost_all * others, np.concatenate(lefts)
         slope_all = np.concatenate(slopes) * others if prefill else None
         mask = None
         if lost_all.size > n_deadlines:
@@ -267,6 +270,7 @@ class Costs(Bookkeeping):
         lost, slope, pace_lost, pace_left = zeros, zeros, zeros, zeros
         left = run.due[slots] - now
         racing = run.e2e[slots] & (left > 0.0)
+        has_pace = run.pace[slots] > 0.0
         if racing.any():
             idx, left = slots[racing], left[racing]
             run.refresh(idx, self._estimate_of, self.lengths.version)
@@ -274,13 +278,15 @@ class Costs(Bookkeeping):
             prefill = self._prefill is not None
             if prefill:
                 budgets.append(v1 * left * 0.75)
-            chances = run.chances(idx, made[racing], np.stack(budgets), self._cal.sigma)
+            sigma = self._cal.sigma
+            if not has_pace.any() and run.beyond_reach(idx, made[racing], budgets, sigma):
+                return lost, slope, pace_lost, pace_left
+            chances = run.chances(idx, made[racing], np.stack(budgets), sigma)
             lost = zeros.copy()
             lost[racing] = np.maximum(chances[0] - chances[1], 0.0)
             if prefill:
                 slope = zeros.copy()
                 slope[racing] = (chances[1] - chances[2]) / (0.25 * left)
-        has_pace = run.pace[slots] > 0.0
         if has_pace.any():
             p_lost, p_left = self._pace_exposure(now, slots[has_pace], made[has_pace], v0, v1)
             pace_lost, pace_left = zeros.copy(), zeros.copy()

@@ -290,6 +290,20 @@ class RunningSet:
             )
         return np.where(budgets > 0, out, 0.0)
 
+    def beyond_reach(
+        self, live: np.ndarray, made: np.ndarray, budgets: list[np.ndarray], sigma: float
+    ) -> bool:
+        """Whether each ``live`` slot (its rows as ``refresh`` left them) follows a
+        distribution and reaches its cap within every one of ``budgets`` even at the
+        speed's slowest quadrature node: then each of its ``chances`` is the same at
+        every budget (``_spread_chances`` counts every node as made), and one more
+        sequence costs it exactly nothing. The usual state of an engine with room."""
+        if (self.row < 0).any():
+            return False
+        limit = self.limit[live]
+        slowest = float(_scales(sigma).min())
+        return all(bool(np.all(made + b * slowest >= limit)) for b in budgets)
+
     def _spread_chances(
         self,
         rows: np.ndarray,
