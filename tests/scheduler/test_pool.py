@@ -373,3 +373,15 @@ def test_time_to_free_is_the_soonest_over_the_backends():
     p.offer(req("slow", 0.0, 100), 0.0)
     soonest = min(b.time_to_free(0.0) for b in p.backends if b.load)
     assert p.time_to_free(0.0) == pytest.approx(soonest)
+
+
+def test_time_to_room_is_the_soonest_over_the_backends_each_behind_its_own_queue():
+    p = pool(flat(50.0), flat(10.0), max_concurrency=1)
+    assert p.time_to_room("t", 0.0) is None  # nothing runs: room at once
+    p.offer(req("fast", 0.0, 100), 0.0)
+    p.offer(req("slow", 0.0, 100), 0.0)
+    assert p.load == 2
+    rooms = [b.time_to_free(0.0, 0.8, b.slots_until_room("t")) for b in p.backends]
+    assert p.time_to_room("t", 0.0, 0.8) == min(rooms)
+    p.set_down(0, True)  # a backend out of service frees no room for what waits
+    assert p.time_to_room("t", 0.0, 0.8) == rooms[1]
