@@ -15,11 +15,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from saber.scheduler._freeing import Ends, first_free, kth_free
 from saber.scheduler._queues import TaskQueues
 from saber.scheduler._request import MAX_TOKENS, Action, Decision, Outcome, SchedRequest, Tier
 from saber.scheduler._running import RunningSet
 from saber.scheduler._speed_model import SpeedModel
+from saber.scheduler.lengths._ends import Ends, first_free, kth_free
 from saber.scheduler.lengths._task_lengths import Dist
 
 PACE_MIN_TOKENS = 8
@@ -189,7 +189,7 @@ class Bookkeeping(SpeedModel):
         one), and it makes them at its own pace since its first token when it
         streams, else at f(L), with what it has made read off the token clock. The
         first slot frees when the soonest of them ends: the ``q``-quantile of that
-        minimum (``saber.scheduler._freeing``). Without learned lengths, each
+        minimum (``saber.scheduler.lengths._ends``). Without learned lengths, each
         request's expected remainder is taken as certain.
         """
         if not self._running:
