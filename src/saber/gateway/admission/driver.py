@@ -215,6 +215,16 @@ class Admission:
         probes, self._probes = self._probes, []
         self._last_prediction = None  # a slot freed: predict afresh
         self._last_room.clear()
+        self._answer(probes, now)
+
+    def _room_made(self, task: str, now: float) -> None:
+        """A request of ``task`` left its queue: every Retry-After given since for its
+        full queue learns how long it really was."""
+        self._last_room.pop(task, None)
+        self._answer(self._room_probes.pop(task, []), now)
+
+    def _answer(self, probes: list[tuple[float, float]], now: float) -> None:
+        """Each (when, predicted) of ``probes`` observed at ``now`` (``on_slot_free``)."""
         if self.on_slot_free is None:
             return
         for at, predicted in probes:
@@ -222,18 +232,6 @@ class Admission:
                 self.on_slot_free(predicted, now - at)
             except Exception:
                 log.exception("observing a Retry-After failed")
-
-    def _room_made(self, task: str, now: float) -> None:
-        """A request of ``task`` left its queue: every Retry-After given since for its
-        full queue learns how long it really was."""
-        probes = self._room_probes.pop(task, None)
-        self._last_room.pop(task, None)
-        if probes and self.on_slot_free is not None:
-            for at, predicted in probes:
-                try:
-                    self.on_slot_free(predicted, now - at)
-                except Exception:
-                    log.exception("observing a Retry-After failed")
 
     def _after_leaving(self, call: str, now: float, req_id: str) -> None:
         if self.trace is not None:
@@ -316,32 +314,21 @@ class Admission:
         as many slots have freed (``Pool.time_to_room``), not the first; its probe is
         answered when a request of that task next leaves its queue."""
         now = self.now()
-        if full is not None:
-            return retry_after(self._time_to_room(full, now))
-        last = self._last_prediction
+        if full is None:
+            last, probes = self._last_prediction, self._probes
+        else:
+            last, probes = self._last_room.get(full), self._room_probes.setdefault(full, [])
         if last is not None and now - last[0] < RETRY_AFTER_REUSE_S and self.pool.load:
             predicted: float | None = max(last[1] - (now - last[0]), 0.0)
-        else:
+        elif full is None:
             predicted = self.pool.time_to_free(now, RETRY_AFTER_QUANTILE)
             self._last_prediction = None if predicted is None else (now, predicted)
-        if predicted is not None:
-            if len(self._probes) >= MAX_PROBES:
-                self._probes.pop(0)
-            self._probes.append((now, predicted))
-        return retry_after(predicted)
-
-    def _time_to_room(self, task: str, now: float) -> float | None:
-        """``Pool.time_to_room``, reused as the first slot's prediction is."""
-        last = self._last_room.get(task)
-        if last is not None and now - last[0] < RETRY_AFTER_REUSE_S and self.pool.load:
-            predicted: float | None = max(last[1] - (now - last[0]), 0.0)
         else:
-            predicted = self.pool.time_to_room(task, now, RETRY_AFTER_QUANTILE)
+            predicted = self.pool.time_to_room(full, now, RETRY_AFTER_QUANTILE)
             if predicted is not None:
-                self._last_room[task] = (now, predicted)
+                self._last_room[full] = (now, predicted)
         if predicted is not None:
-            probes = self._room_probes.setdefault(task, [])
             if len(probes) >= MAX_PROBES:
                 probes.pop(0)
             probes.append((now, predicted))
-        return predicted
+        return retry_after(predicted)
